@@ -1,0 +1,2 @@
+__version__ = "0.4.0"
+API_VERSION = "0.4.0"

@@ -1,0 +1,1 @@
+"""The coordinator: the HTTP API, the rules and the background loops."""

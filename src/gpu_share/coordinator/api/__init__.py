@@ -1,0 +1,1 @@
+"""Thin routers: parse, authorize through a dependency, call one service, return."""

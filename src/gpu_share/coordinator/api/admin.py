@@ -1,0 +1,107 @@
+"""Admin: tenants, keys and tenant applications (SPEC §1.1)."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+
+from gpu_share.coordinator.api.responses import AUTH, errors
+from gpu_share.coordinator.auth import AdminPrincipal
+from gpu_share.coordinator.runtime import Runtime, get_runtime
+from gpu_share.coordinator.services import accounts
+from gpu_share.protocol import accounts as wire
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+@router.post(
+    "/tenants", status_code=201, response_model=wire.TenantWithKey, responses=errors(*AUTH, 422)
+)
+async def create_tenant(
+    body: wire.TenantCreate, _admin: AdminPrincipal, runtime: RuntimeDep
+) -> wire.TenantWithKey:
+    """Create a tenant with its first key; the key is in this answer only."""
+    async with runtime.db.write() as session:
+        return await accounts.create_tenant(session, body, runtime.clock.now())
+
+
+@router.get("/tenants", response_model=list[wire.Tenant], responses=errors(*AUTH))
+async def list_tenants(_admin: AdminPrincipal, runtime: RuntimeDep) -> list[wire.Tenant]:
+    async with runtime.db.read() as session:
+        return await accounts.list_tenants(session)
+
+
+@router.post(
+    "/tenants/{tenant_id}/keys",
+    status_code=201,
+    response_model=wire.IssuedKey,
+    responses=errors(*AUTH, 404),
+)
+async def issue_tenant_key(
+    tenant_id: str, _admin: AdminPrincipal, runtime: RuntimeDep
+) -> wire.IssuedKey:
+    """Another key for the tenant, e.g. to rotate: issue, switch over, revoke the old one."""
+    async with runtime.db.write() as session:
+        return await accounts.issue_tenant_key(session, tenant_id, runtime.clock.now())
+
+
+@router.get("/keys", response_model=list[wire.KeyInfo], responses=errors(*AUTH, 422))
+async def list_keys(
+    _admin: AdminPrincipal, runtime: RuntimeDep, role: wire.Role | None = None
+) -> list[wire.KeyInfo]:
+    """Every key's id, role, owner and prefix; never the key itself."""
+    async with runtime.db.read() as session:
+        return await accounts.list_keys(session, role)
+
+
+@router.post(
+    "/keys/{key_id}/revoke", response_model=wire.KeyInfo, responses=errors(*AUTH, 404, 409)
+)
+async def revoke_key(key_id: str, admin: AdminPrincipal, runtime: RuntimeDep) -> wire.KeyInfo:
+    """Revoke any key; it answers 401 from the next request on. Revoking twice is harmless."""
+    async with runtime.db.write() as session:
+        return await accounts.revoke_key(
+            session, key_id, runtime.clock.now(), caller_key_id=admin.key_id
+        )
+
+
+@router.get(
+    "/tenant-applications",
+    response_model=list[wire.TenantApplication],
+    responses=errors(*AUTH, 422),
+)
+async def list_tenant_applications(
+    _admin: AdminPrincipal, runtime: RuntimeDep, status: wire.ApplicationStatus | None = None
+) -> list[wire.TenantApplication]:
+    async with runtime.db.read() as session:
+        return await accounts.list_tenant_applications(session, status)
+
+
+@router.post(
+    "/tenant-applications/{application_id}/approve",
+    status_code=201,
+    response_model=wire.TenantWithKey,
+    responses=errors(*AUTH, 404, 409),
+)
+async def approve_tenant_application(
+    application_id: str, _admin: AdminPrincipal, runtime: RuntimeDep
+) -> wire.TenantWithKey:
+    """Create the tenant; its first key is in this answer only."""
+    async with runtime.db.write() as session:
+        return await accounts.approve_tenant_application(
+            session, application_id, runtime.clock.now()
+        )
+
+
+@router.post(
+    "/tenant-applications/{application_id}/reject",
+    response_model=wire.TenantApplication,
+    responses=errors(*AUTH, 404, 409, 422),
+)
+async def reject_tenant_application(
+    application_id: str, body: wire.Rejection, _admin: AdminPrincipal, runtime: RuntimeDep
+) -> wire.TenantApplication:
+    async with runtime.db.write() as session:
+        return await accounts.reject_tenant_application(
+            session, application_id, body.reason, runtime.clock.now()
+        )

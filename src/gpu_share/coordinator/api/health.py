@@ -1,0 +1,22 @@
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+
+from gpu_share._version import __version__
+from gpu_share.coordinator.runtime import Runtime, get_runtime
+from gpu_share.coordinator.services import health
+from gpu_share.protocol.health import Health
+
+router = APIRouter(tags=["discovery"])
+
+
+@router.get(
+    "/health",
+    response_model=Health,
+    responses={503: {"model": Health, "description": "The database is unreachable"}},
+)
+async def get_health(runtime: Annotated[Runtime, Depends(get_runtime)]) -> JSONResponse:
+    """Liveness and readiness; needs no key."""
+    report = await health.check(runtime.db, runtime.clock.now(), __version__)
+    return JSONResponse(report.model_dump(), status_code=200 if report.status == "ok" else 503)

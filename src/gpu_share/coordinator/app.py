@@ -1,0 +1,226 @@
+"""`create_app(settings)`: the coordinator's FastAPI application.
+
+Every error leaves through the handlers below, in the one JSON shape of SPEC §1.8.
+"""
+
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import yaml
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from sqlalchemy.exc import IntegrityError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+from gpu_share._version import API_VERSION
+from gpu_share.coordinator import migrate
+from gpu_share.coordinator.api import admin, applications, artifacts, health
+from gpu_share.coordinator.clock import Clock, SystemClock
+from gpu_share.coordinator.db import Database
+from gpu_share.coordinator.errors import ApiError
+from gpu_share.coordinator.loops import artifact_sweep
+from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
+from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.services.accounts import ensure_admin_key
+from gpu_share.coordinator.settings import Settings
+from gpu_share.coordinator.storage import ArtifactStore, LocalArtifactStore
+from gpu_share.protocol.errors import ErrorCode, ErrorResponse
+
+log = logging.getLogger("gpu_share.coordinator")
+
+_STATUS_CODES = {
+    400: ErrorCode.VALIDATION_ERROR,
+    401: ErrorCode.UNAUTHORIZED,
+    403: ErrorCode.FORBIDDEN,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    409: ErrorCode.CONFLICT,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
+    415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    422: ErrorCode.VALIDATION_ERROR,
+    429: ErrorCode.RATE_LIMITED,
+    503: ErrorCode.UNAVAILABLE,
+}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, "details": details}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
+    details = []
+    for err in exc.errors():
+        loc = [str(part) for part in err.get("loc", ())]
+        details.append({"loc": loc, "msg": err.get("msg", ""), "type": err.get("type", "")})
+    return details
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        details = _validation_details(exc)
+        summary = "; ".join(
+            f"{'.'.join(d['loc'][1:] or d['loc'])}: {d['msg']}" for d in details[:5]
+        )
+        return error_response(
+            422, ErrorCode.VALIDATION_ERROR, summary or "invalid request", details
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, ErrorCode.VALIDATION_ERROR)
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404 and message == "Not Found":
+            message = "no such endpoint; see /docs for the API"
+        return error_response(exc.status_code, code, message, headers=exc.headers)
+
+    @app.exception_handler(IntegrityError)
+    async def _integrity(_request: Request, exc: IntegrityError) -> JSONResponse:
+        log.info("integrity error answered as 409: %s", exc.orig)
+        return error_response(409, ErrorCode.CONFLICT, "conflicts with the current state; retry")
+
+    @app.exception_handler(OperationalError)
+    async def _operational(_request: Request, exc: OperationalError) -> JSONResponse:
+        log.warning("database unavailable: %s", exc.orig)
+        return error_response(
+            503,
+            ErrorCode.UNAVAILABLE,
+            "the database is busy or unreachable; retry shortly",
+            headers={"Retry-After": "1"},
+        )
+
+    @app.exception_handler(ClientDisconnect)
+    async def _disconnect(_request: Request, _exc: ClientDisconnect) -> Response:
+        return Response(status_code=400)  # nobody is listening any more
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(500, ErrorCode.INTERNAL, "internal error; it has been logged")
+
+
+def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """FastAPI documents its 422 as `HTTPValidationError`; ours is the §1.8 shape."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                summary=app.summary,
+                description=app.description,
+                routes=app.routes,
+            )
+            error_ref = "#/components/schemas/ErrorResponse"
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    response = operation.get("responses", {}).get("422")
+                    if response is not None:
+                        response["content"] = {"application/json": {"schema": {"$ref": error_ref}}}
+                        response["description"] = _VALIDATION_DESCRIPTION
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.pop("HTTPValidationError", None)
+            components.pop("ValidationError", None)
+            components.setdefault(
+                "ErrorResponse",
+                ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}"),
+            )
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    return openapi
+
+
+_VALIDATION_DESCRIPTION = (
+    "Invalid input (VALIDATION_ERROR) or checksum mismatch (CHECKSUM_MISMATCH)"
+)
+
+
+def _install_docs(app: FastAPI) -> None:
+    app.openapi = _openapi_with_one_error_shape(app)  # type: ignore[method-assign]
+
+    @app.get("/openapi.yaml", include_in_schema=False)
+    async def openapi_yaml() -> Response:
+        text = yaml.safe_dump(app.openapi(), sort_keys=False, allow_unicode=True)
+        return Response(text, media_type="application/yaml")
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="GPU Share API")
+
+
+def default_jobs(settings: Settings) -> list[PeriodicJob]:
+    return [
+        PeriodicJob(
+            "artifact-sweep", settings.artifact_sweep_interval_sec, artifact_sweep.run_once
+        ),
+    ]
+
+
+def create_app(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    store: ArtifactStore | None = None,
+    on_admin_key: Callable[[str], None] | None = None,
+) -> FastAPI:
+    """The coordinator app. `on_admin_key` receives an admin key generated at first start."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await migrate.upgrade(settings.database_url)
+        db = Database(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+        runtime = Runtime(
+            settings=settings,
+            db=db,
+            store=store or LocalArtifactStore(settings.artifacts_path),
+            clock=clock or SystemClock(),
+        )
+        configured = settings.admin_key.get_secret_value() if settings.admin_key else None
+        async with db.write() as session:
+            generated = await ensure_admin_key(session, runtime.clock.now(), configured)
+        if generated is not None:
+            (on_admin_key or _log_admin_key)(generated)
+        app.state.runtime = runtime
+        loops = LoopRunner(runtime, default_jobs(settings) if settings.run_background_loops else [])
+        loops.start()
+        try:
+            yield
+        finally:
+            await loops.stop()
+            await db.dispose()
+
+    app = FastAPI(
+        title="GPU Share",
+        version=API_VERSION,
+        summary="ONNX inference and CatBoost training on remote GPUs",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    _install_error_handlers(app)
+    _install_docs(app)
+    for module in (health, artifacts, applications, admin):
+        app.include_router(module.router)
+    return app
+
+
+def _log_admin_key(key: str) -> None:
+    log.warning("generated the admin key (shown only now; store it): %s", key)

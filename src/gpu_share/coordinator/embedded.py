@@ -1,0 +1,81 @@
+"""The single-machine setup behind `gpu-share up`: credentials kept in the data directory.
+
+In embedded mode the admin and demo tenant keys are written to
+`<data_dir>/credentials.json` (mode 0600) on first start so that `up` can print them
+every time; the database still stores only their hashes. Production servers never
+write keys to disk.
+"""
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+
+from gpu_share.coordinator import keys, migrate
+from gpu_share.coordinator.clock import Clock
+from gpu_share.coordinator.db import Database
+from gpu_share.coordinator.orm import ApiKeyRow
+from gpu_share.coordinator.services import accounts
+from gpu_share.coordinator.settings import Settings
+from gpu_share.protocol.accounts import Role, TenantCreate
+
+DEMO_TENANT = TenantCreate(name="Demo tenant", email="demo@localhost.localdomain")
+
+
+@dataclass
+class Credentials:
+    admin_key: str
+    tenant_id: str
+    tenant_key: str
+
+
+def credentials_path(settings: Settings) -> Path:
+    return settings.data_dir / "credentials.json"
+
+
+def _load(path: Path) -> Credentials | None:
+    try:
+        return Credentials(**json.loads(path.read_text()))
+    except (FileNotFoundError, TypeError, ValueError):
+        return None
+
+
+def _save(path: Path, creds: Credentials) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(asdict(creds), f, indent=2)
+
+
+async def _usable(db: Database, key: str) -> bool:
+    async with db.read() as session:
+        row = await session.scalar(
+            select(ApiKeyRow).where(ApiKeyRow.key_hash == keys.hash_key(key))
+        )
+    return row is not None and row.revoked_at is None
+
+
+async def prepare(settings: Settings, clock: Clock) -> Credentials:
+    """Migrate, then make sure an admin key and a demo tenant key exist and are on disk."""
+    await migrate.upgrade(settings.database_url)
+    path = credentials_path(settings)
+    creds = _load(path)
+    db = Database(settings.database_url)
+    try:
+        if (
+            creds is not None
+            and await _usable(db, creds.admin_key)
+            and await _usable(db, creds.tenant_key)
+        ):
+            return creds
+        now = clock.now()
+        async with db.write() as session:
+            _, admin_key = await accounts.issue_key(session, Role.ADMIN, now)
+            tenant = await accounts.create_tenant(session, DEMO_TENANT, now)
+        creds = Credentials(admin_key=admin_key, tenant_id=tenant.id, tenant_key=tenant.api_key)
+        _save(path, creds)
+        return creds
+    finally:
+        await db.dispose()

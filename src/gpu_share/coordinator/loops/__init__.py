@@ -1,0 +1,1 @@
+"""Background work started by the app's lifespan: each job is `run_once(runtime, now)`."""

@@ -1,0 +1,15 @@
+"""Deletes the bytes of expired artifacts (SPEC §1.3) and abandoned uploads."""
+
+import logging
+
+from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.services import artifacts
+
+log = logging.getLogger(__name__)
+
+
+async def run_once(runtime: Runtime) -> artifacts.SweepReport:
+    report = await artifacts.sweep(runtime.db, runtime.store, runtime.clock.now())
+    if report.expired or report.blobs_deleted or report.temporary_deleted:
+        log.info("artifact sweep: %s", report)
+    return report

@@ -1,0 +1,1 @@
+"""The rules. Each function takes an explicit database session and the time; no HTTP here."""

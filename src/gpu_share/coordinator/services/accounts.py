@@ -1,0 +1,240 @@
+"""Tenants, their keys, tenant applications and the admin key."""
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator import keys
+from gpu_share.coordinator.errors import Conflict, NotFound, Unauthorized, ValidationFailed
+from gpu_share.coordinator.ids import new_id
+from gpu_share.coordinator.orm import ApiKeyRow, TenantApplicationRow, TenantRow
+from gpu_share.protocol import accounts as wire
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the key's id and role, and the account it belongs to."""
+
+    key_id: str
+    role: wire.Role
+    tenant_id: str | None = None
+    provider_id: str | None = None
+    node_id: str | None = None
+
+
+async def authenticate(session: AsyncSession, key: str) -> Principal:
+    row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.key_hash == keys.hash_key(key)))
+    if row is None or row.revoked_at is not None:
+        raise Unauthorized("API key is unknown or revoked; ask an admin for a new one")
+    return principal_of(row)
+
+
+def principal_of(row: ApiKeyRow) -> Principal:
+    return Principal(
+        key_id=row.id,
+        role=wire.Role(row.role),
+        tenant_id=row.tenant_id,
+        provider_id=getattr(row, "provider_id", None),
+        node_id=getattr(row, "node_id", None),
+    )
+
+
+async def issue_key(
+    session: AsyncSession,
+    role: wire.Role,
+    now: datetime,
+    *,
+    key: str | None = None,
+    **owner: str | None,
+) -> tuple[ApiKeyRow, str]:
+    """A new key for `role`; returns the row and the only copy of the secret."""
+    secret = key or keys.generate_key(role)
+    row = ApiKeyRow(
+        id=new_id("key"),
+        role=role.value,
+        key_hash=keys.hash_key(secret),
+        prefix=keys.display_prefix(secret),
+        created_at=now,
+        revoked_at=None,
+        **owner,
+    )
+    session.add(row)
+    await session.flush()
+    return row, secret
+
+
+async def ensure_admin_key(
+    session: AsyncSession, now: datetime, configured: str | None
+) -> str | None:
+    """Install the configured admin key, or generate one when no admin key exists yet.
+
+    Returns a newly generated key (to be printed once), else None. A configured key
+    that was revoked stays revoked: its hash is already known.
+    """
+    if configured is not None:
+        if keys.role_of(configured) is not wire.Role.ADMIN or len(configured) < 30:
+            raise ValidationFailed(
+                "GPUSHARE_ADMIN_KEY must start with 'gpu_admin_' "
+                "and carry at least 20 random characters"
+            )
+        known = await session.scalar(
+            select(ApiKeyRow.id).where(ApiKeyRow.key_hash == keys.hash_key(configured))
+        )
+        if known is None:
+            await issue_key(session, wire.Role.ADMIN, now, key=configured)
+        return None
+    existing = await session.scalar(
+        select(ApiKeyRow.id).where(ApiKeyRow.role == wire.Role.ADMIN.value).limit(1)
+    )
+    if existing is not None:
+        return None
+    _, secret = await issue_key(session, wire.Role.ADMIN, now)
+    return secret
+
+
+def key_info(row: ApiKeyRow) -> wire.KeyInfo:
+    return wire.KeyInfo(
+        id=row.id,
+        role=wire.Role(row.role),
+        prefix=row.prefix,
+        tenant_id=row.tenant_id,
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+async def create_tenant(
+    session: AsyncSession, body: wire.TenantCreate, now: datetime
+) -> wire.TenantWithKey:
+    tenant = TenantRow(id=new_id("ten"), name=body.name, email=body.email, created_at=now)
+    session.add(tenant)
+    await session.flush()
+    key_row, secret = await issue_key(session, wire.Role.TENANT, now, tenant_id=tenant.id)
+    return wire.TenantWithKey(
+        id=tenant.id, name=tenant.name, email=tenant.email, key_id=key_row.id, api_key=secret
+    )
+
+
+async def list_tenants(session: AsyncSession) -> list[wire.Tenant]:
+    tenants = (await session.scalars(select(TenantRow).order_by(TenantRow.id))).all()
+    key_rows = (
+        await session.scalars(
+            select(ApiKeyRow).where(ApiKeyRow.tenant_id.is_not(None)).order_by(ApiKeyRow.id)
+        )
+    ).all()
+    by_tenant: dict[str, list[wire.KeyInfo]] = {}
+    for row in key_rows:
+        by_tenant.setdefault(row.tenant_id or "", []).append(key_info(row))
+    return [
+        wire.Tenant(
+            id=t.id,
+            name=t.name,
+            email=t.email,
+            created_at=t.created_at,
+            keys=by_tenant.get(t.id, []),
+        )
+        for t in tenants
+    ]
+
+
+async def issue_tenant_key(session: AsyncSession, tenant_id: str, now: datetime) -> wire.IssuedKey:
+    if await session.get(TenantRow, tenant_id) is None:
+        raise NotFound(f"tenant {tenant_id} does not exist")
+    row, secret = await issue_key(session, wire.Role.TENANT, now, tenant_id=tenant_id)
+    return wire.IssuedKey(**key_info(row).model_dump(), api_key=secret)
+
+
+async def list_keys(session: AsyncSession, role: wire.Role | None) -> list[wire.KeyInfo]:
+    query = select(ApiKeyRow).order_by(ApiKeyRow.id)
+    if role is not None:
+        query = query.where(ApiKeyRow.role == role.value)
+    return [key_info(row) for row in (await session.scalars(query)).all()]
+
+
+async def revoke_key(
+    session: AsyncSession, key_id: str, now: datetime, *, caller_key_id: str
+) -> wire.KeyInfo:
+    row = await session.get(ApiKeyRow, key_id)
+    if row is None:
+        raise NotFound(f"key {key_id} does not exist")
+    if row.id == caller_key_id:
+        raise Conflict("an admin cannot revoke the key it is calling with; use another admin key")
+    if row.revoked_at is None:
+        row.revoked_at = now
+    return key_info(row)
+
+
+def _application(row: TenantApplicationRow) -> wire.TenantApplication:
+    return wire.TenantApplication(
+        id=row.id,
+        name=row.name,
+        email=row.email,
+        company=row.company,
+        intended_use=row.intended_use,
+        status=wire.ApplicationStatus(row.status),
+        reason=row.reason,
+        tenant_id=row.tenant_id,
+        created_at=row.created_at,
+        decided_at=row.decided_at,
+    )
+
+
+async def submit_tenant_application(
+    session: AsyncSession, body: wire.TenantApplicationCreate, now: datetime
+) -> wire.TenantApplication:
+    row = TenantApplicationRow(
+        id=new_id("tapp"),
+        name=body.name,
+        email=body.email,
+        company=body.company,
+        intended_use=body.intended_use,
+        status=wire.ApplicationStatus.PENDING.value,
+        created_at=now,
+    )
+    session.add(row)
+    await session.flush()
+    return _application(row)
+
+
+async def list_tenant_applications(
+    session: AsyncSession, status: wire.ApplicationStatus | None
+) -> list[wire.TenantApplication]:
+    query = select(TenantApplicationRow).order_by(TenantApplicationRow.id)
+    if status is not None:
+        query = query.where(TenantApplicationRow.status == status.value)
+    return [_application(row) for row in (await session.scalars(query)).all()]
+
+
+async def _pending_application(session: AsyncSession, application_id: str) -> TenantApplicationRow:
+    row = await session.get(TenantApplicationRow, application_id, with_for_update=True)
+    if row is None:
+        raise NotFound(f"tenant application {application_id} does not exist")
+    if row.status != wire.ApplicationStatus.PENDING.value:
+        raise Conflict(f"tenant application {application_id} was already {row.status}")
+    return row
+
+
+async def approve_tenant_application(
+    session: AsyncSession, application_id: str, now: datetime
+) -> wire.TenantWithKey:
+    row = await _pending_application(session, application_id)
+    tenant = await create_tenant(session, wire.TenantCreate(name=row.name, email=row.email), now)
+    row.status = wire.ApplicationStatus.APPROVED.value
+    row.tenant_id = tenant.id
+    row.decided_at = now
+    return tenant
+
+
+async def reject_tenant_application(
+    session: AsyncSession, application_id: str, reason: str, now: datetime
+) -> wire.TenantApplication:
+    row = await _pending_application(session, application_id)
+    row.status = wire.ApplicationStatus.REJECTED.value
+    row.reason = reason
+    row.decided_at = now
+    return _application(row)

@@ -1,0 +1,69 @@
+"""The coordinator's one settings object; read from `GPUSHARE_*` by the CLI only."""
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+class ChecksumMode(StrEnum):
+    OFF = "off"
+    WARN = "warn"
+    ENFORCE = "enforce"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUSHARE_", extra="ignore")
+
+    data_dir: Path = Field(default=Path(".gpushare"), description="Where embedded state lives")
+    database_url: str = Field(
+        default="",
+        description="SQLAlchemy async URL; default: a SQLite file in data_dir",
+    )
+    artifact_dir: Path | None = Field(default=None, description="Default: data_dir/artifacts")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    public_base_url: str = Field(
+        default="",
+        description="How tenants and agents reach this server; default: from each request",
+    )
+
+    admin_key: SecretStr | None = Field(default=None, description="Admin key set at first start")
+
+    max_model_bytes: int = Field(default=64 * MiB, gt=0)
+    max_config_bytes: int = Field(default=64 * MiB, gt=0)
+    max_inputs_bytes: int = Field(default=512 * MiB, gt=0)
+    tenant_quota_bytes: int = Field(default=10 * GiB, gt=0)
+    artifact_ttl_sec: int = Field(default=24 * 3600, gt=0)
+    artifact_sweep_interval_sec: float = Field(default=60.0, gt=0)
+
+    checksum_mode: ChecksumMode = ChecksumMode.WARN
+
+    sqlite_busy_timeout_ms: int = Field(default=10_000, ge=0)
+    run_background_loops: bool = True
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> "Settings":
+        if not self.database_url:
+            self.database_url = f"sqlite+aiosqlite:///{(self.data_dir / 'gpushare.db').resolve()}"
+        if self.artifact_dir is None:
+            self.artifact_dir = self.data_dir / "artifacts"
+        self.public_base_url = self.public_base_url.rstrip("/")
+        return self
+
+    @property
+    def artifacts_path(self) -> Path:
+        assert self.artifact_dir is not None  # filled by the validator
+        return self.artifact_dir
+
+    def max_upload_bytes(self, kind: str) -> int:
+        return {
+            "model": self.max_model_bytes,
+            "config": self.max_config_bytes,
+            "inputs": self.max_inputs_bytes,
+        }[kind]

@@ -1,0 +1,41 @@
+"""The interface every artifact store implements.
+
+Methods block (disk or network I/O); services call them from a worker thread. An
+upload is written to a temporary object first and becomes visible under its key
+only on `commit`, so a failed upload leaves nothing behind.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+
+class UploadSink(Protocol):
+    def write(self, data: bytes) -> None: ...
+
+    def abort(self) -> None:
+        """Discard what was written; safe to call more than once."""
+
+
+class ArtifactStore(Protocol):
+    def begin_upload(self) -> UploadSink: ...
+
+    def commit(self, sink: UploadSink, key: str) -> None:
+        """Publish the sink's bytes under `key`."""
+
+    def read(self, key: str, chunk_size: int = 1 << 20) -> Iterator[bytes]: ...
+
+    def local_path(self, key: str) -> Path | None:
+        """A file path for `key` when the store is on this machine (lets responses use sendfile)."""
+
+    def delete(self, key: str) -> None:
+        """Remove `key`; a missing key is not an error."""
+
+    def exists(self, key: str) -> bool: ...
+
+    def sweep_temporary(self, max_age_sec: float) -> int:
+        """Remove uploads abandoned by a crashed process; returns how many.
+
+        Ages are measured by the storage's own timestamps (file mtimes, object dates),
+        so this compares against the wall clock rather than the injected one.
+        """

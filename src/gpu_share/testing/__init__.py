@@ -1,0 +1,1 @@
+"""Helpers for tests and benchmarks: databases, factories, a frozen clock, processes."""

@@ -1,0 +1,60 @@
+"""Scratch databases for tests and benchmarks: a new PostgreSQL database or SQLite file."""
+
+import os
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+from sqlalchemy.engine import make_url
+
+DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+
+
+def postgres_server_url() -> str:
+    """Where test databases are created; `GPUSHARE_TEST_POSTGRES_URL` overrides."""
+    return os.environ.get("GPUSHARE_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+
+
+def _dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@asynccontextmanager
+async def scratch_postgres_url(prefix: str = "gpushare_t") -> AsyncIterator[str]:
+    url = await create_scratch_postgres(prefix)
+    try:
+        yield url
+    finally:
+        await drop_scratch_postgres(url)
+
+
+async def truncate_all(url: str, tables: list[str]) -> None:
+    """Empty every table of a PostgreSQL test database (between tests)."""
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        quoted = ", ".join(f'"{t}"' for t in tables)
+        await conn.execute(f"TRUNCATE {quoted} RESTART IDENTITY CASCADE")
+    finally:
+        await conn.close()
+
+
+async def create_scratch_postgres(prefix: str = "gpushare_t") -> str:
+    """A new empty database on the test server; drop it with `drop_scratch_postgres`."""
+    server = postgres_server_url()
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    admin = await asyncpg.connect(_dsn(server))
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return make_url(server).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_scratch_postgres(url: str) -> None:
+    name = make_url(url).database
+    admin = await asyncpg.connect(_dsn(postgres_server_url()))
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()

@@ -1,0 +1,105 @@
+"""Fixtures: every database test runs on SQLite and on PostgreSQL.
+
+`GPUSHARE_TEST_DATABASES=sqlite` limits a run to SQLite (PostgreSQL then need not
+be running); CI runs both.
+"""
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import SecretStr
+
+from gpu_share.coordinator import migrate
+from gpu_share.coordinator.app import create_app
+from gpu_share.coordinator.orm import Base
+from gpu_share.coordinator.settings import Settings
+from gpu_share.testing.clock import FrozenClock
+from gpu_share.testing.databases import (
+    create_scratch_postgres,
+    drop_scratch_postgres,
+    truncate_all,
+)
+from gpu_share.testing.factories import TEST_ADMIN_KEY, TenantHandle, create_tenant
+
+DATABASES = [
+    d.strip()
+    for d in os.environ.get("GPUSHARE_TEST_DATABASES", "sqlite,postgres").split(",")
+    if d.strip()
+]
+TABLES = [table.name for table in Base.metadata.sorted_tables]
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "template.db"
+    asyncio.run(migrate.upgrade(f"sqlite+aiosqlite:///{path}"))
+    return path
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    url = asyncio.run(create_scratch_postgres())
+    try:
+        asyncio.run(migrate.upgrade(url))
+        yield url
+    finally:
+        asyncio.run(drop_scratch_postgres(url))
+
+
+@pytest.fixture(params=DATABASES)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty database of each kind."""
+    if request.param == "sqlite":
+        template: Path = request.getfixturevalue("sqlite_template")
+        target = tmp_path / "gpushare.db"
+        shutil.copy(template, target)
+        return f"sqlite+aiosqlite:///{target}"
+    url: str = request.getfixturevalue("postgres_database")
+    asyncio.run(truncate_all(url, TABLES))
+    return url
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock(datetime.now(UTC).replace(microsecond=0))
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        admin_key=SecretStr(TEST_ADMIN_KEY),
+        run_background_loops=False,
+    )
+
+
+@pytest.fixture
+async def app(settings: Settings, clock: FrozenClock) -> AsyncIterator[FastAPI]:
+    application = create_app(settings, clock=clock)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        yield c
+
+
+@pytest.fixture
+async def tenant(client: httpx.AsyncClient) -> TenantHandle:
+    return await create_tenant(client, "Tenant One")
+
+
+@pytest.fixture
+async def other_tenant(client: httpx.AsyncClient) -> TenantHandle:
+    return await create_tenant(client, "Tenant Two")
