@@ -20,13 +20,21 @@ from gpu_share.coordinator import migrate
 from gpu_share.coordinator.app import create_app
 from gpu_share.coordinator.orm import Base
 from gpu_share.coordinator.settings import Settings
+from gpu_share.protocol import agent as wire
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.databases import (
     create_scratch_postgres,
     drop_scratch_postgres,
     truncate_all,
 )
-from gpu_share.testing.factories import TEST_ADMIN_KEY, TenantHandle, create_tenant
+from gpu_share.testing.factories import (
+    TEST_ADMIN_KEY,
+    ProviderHandle,
+    TenantHandle,
+    create_provider,
+    create_tenant,
+)
+from gpu_share.testing.simulated_agent import AgentFactory, SimulatedAgent
 
 DATABASES = [
     d.strip()
@@ -103,3 +111,28 @@ async def tenant(client: httpx.AsyncClient) -> TenantHandle:
 @pytest.fixture
 async def other_tenant(client: httpx.AsyncClient) -> TenantHandle:
     return await create_tenant(client, "Tenant Two")
+
+
+@pytest.fixture
+async def provider(client: httpx.AsyncClient) -> ProviderHandle:
+    return await create_provider(client)
+
+
+@pytest.fixture
+async def sim_agent(app: FastAPI, provider: ProviderHandle) -> AsyncIterator[AgentFactory]:
+    """Registers simulated agents (real protocol, in-process transport) on demand."""
+    agents: list[SimulatedAgent] = []
+
+    async def make(node_inventory: wire.NodeInventory | None = None) -> SimulatedAgent:
+        agent = SimulatedAgent(
+            "http://testserver",
+            transport=httpx.ASGITransport(app=app),
+            node_inventory=node_inventory,
+        )
+        await agent.register(provider.enrollment_token)
+        agents.append(agent)
+        return agent
+
+    yield make
+    for agent in agents:
+        await agent.aclose()

@@ -5,9 +5,9 @@ import sys
 from collections.abc import Sequence
 
 from gpu_share._version import __version__
-from gpu_share.cli import server, up
+from gpu_share.cli import agent, server, up
 
-COMMANDS = (server, up)
+COMMANDS = (server, agent, up)
 
 
 def build_parser() -> argparse.ArgumentParser:

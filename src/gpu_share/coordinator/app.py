@@ -20,16 +20,27 @@ from starlette.requests import ClientDisconnect
 
 from gpu_share._version import API_VERSION
 from gpu_share.coordinator import migrate
-from gpu_share.coordinator.api import admin, applications, artifacts, health
+from gpu_share.coordinator.api import (
+    admin,
+    agent,
+    applications,
+    artifacts,
+    health,
+    invokes,
+    nodes,
+)
 from gpu_share.coordinator.clock import Clock, SystemClock
 from gpu_share.coordinator.db import Database
 from gpu_share.coordinator.errors import ApiError
-from gpu_share.coordinator.loops import artifact_sweep
+from gpu_share.coordinator.loops import artifact_sweep, lease_expiry
 from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
+from gpu_share.coordinator.notify import notifier_for
 from gpu_share.coordinator.runtime import Runtime
 from gpu_share.coordinator.services.accounts import ensure_admin_key
+from gpu_share.coordinator.services.signing import load_signer
 from gpu_share.coordinator.settings import Settings
 from gpu_share.coordinator.storage import ArtifactStore, LocalArtifactStore
+from gpu_share.netguard import SafeFetcher, UrlPolicy
 from gpu_share.protocol.errors import ErrorCode, ErrorResponse
 
 log = logging.getLogger("gpu_share.coordinator")
@@ -131,10 +142,16 @@ def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
             error_ref = "#/components/schemas/ErrorResponse"
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
-                    response = operation.get("responses", {}).get("422")
-                    if response is not None:
-                        response["content"] = {"application/json": {"schema": {"$ref": error_ref}}}
-                        response["description"] = _VALIDATION_DESCRIPTION
+                    for status, response in operation.get("responses", {}).items():
+                        content = response.get("content", {})
+                        refs = {media.get("schema", {}).get("$ref") for media in content.values()}
+                        if status == "422" or error_ref in refs:
+                            # errors are JSON whatever the route's success media type
+                            response["content"] = {
+                                "application/json": {"schema": {"$ref": error_ref}}
+                            }
+                        if status == "422":
+                            response["description"] = _VALIDATION_DESCRIPTION
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.pop("HTTPValidationError", None)
             components.pop("ValidationError", None)
@@ -171,6 +188,14 @@ def default_jobs(settings: Settings) -> list[PeriodicJob]:
         PeriodicJob(
             "artifact-sweep", settings.artifact_sweep_interval_sec, artifact_sweep.run_once
         ),
+        # No heartbeat could arrive while this process was down: give agents one lease
+        # length to reconnect before their leases count as lost.
+        PeriodicJob(
+            "lease-expiry",
+            settings.lease_sweep_interval_sec,
+            lease_expiry.run_once,
+            start_after_sec=settings.lease_ttl_sec,
+        ),
     ]
 
 
@@ -187,11 +212,17 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await migrate.upgrade(settings.database_url)
         db = Database(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+        the_clock = clock or SystemClock()
+        notifier = notifier_for(settings.database_url)
+        await notifier.start()
         runtime = Runtime(
             settings=settings,
             db=db,
             store=store or LocalArtifactStore(settings.artifacts_path),
-            clock=clock or SystemClock(),
+            clock=the_clock,
+            notifier=notifier,
+            signer=await load_signer(db, the_clock.now()),
+            fetcher=SafeFetcher(UrlPolicy.from_strings(settings.url_allow_networks)),
         )
         configured = settings.admin_key.get_secret_value() if settings.admin_key else None
         async with db.write() as session:
@@ -205,6 +236,8 @@ def create_app(
             yield
         finally:
             await loops.stop()
+            await notifier.close()
+            await runtime.fetcher.aclose()
             await db.dispose()
 
     app = FastAPI(
@@ -217,7 +250,7 @@ def create_app(
     )
     _install_error_handlers(app)
     _install_docs(app)
-    for module in (health, artifacts, applications, admin):
+    for module in (health, nodes, invokes, artifacts, applications, agent, admin):
         app.include_router(module.router)
     return app
 

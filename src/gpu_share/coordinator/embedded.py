@@ -17,11 +17,13 @@ from gpu_share.coordinator import keys, migrate
 from gpu_share.coordinator.clock import Clock
 from gpu_share.coordinator.db import Database
 from gpu_share.coordinator.orm import ApiKeyRow
-from gpu_share.coordinator.services import accounts
+from gpu_share.coordinator.services import accounts, providers
 from gpu_share.coordinator.settings import Settings
 from gpu_share.protocol.accounts import Role, TenantCreate
+from gpu_share.protocol.providers import ProviderCreate
 
 DEMO_TENANT = TenantCreate(name="Demo tenant", email="demo@localhost.localdomain")
+LOCAL_PROVIDER = ProviderCreate(name="This machine", email="provider@localhost.localdomain")
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Credentials:
     admin_key: str
     tenant_id: str
     tenant_key: str
+    enrollment_token: str
 
 
 def credentials_path(settings: Settings) -> Path:
@@ -74,7 +77,13 @@ async def prepare(settings: Settings, clock: Clock) -> Credentials:
         async with db.write() as session:
             _, admin_key = await accounts.issue_key(session, Role.ADMIN, now)
             tenant = await accounts.create_tenant(session, DEMO_TENANT, now)
-        creds = Credentials(admin_key=admin_key, tenant_id=tenant.id, tenant_key=tenant.api_key)
+            provider = await providers.create_provider(session, LOCAL_PROVIDER, now)
+        creds = Credentials(
+            admin_key=admin_key,
+            tenant_id=tenant.id,
+            tenant_key=tenant.api_key,
+            enrollment_token=provider.enrollment_token,
+        )
         _save(path, creds)
         return creds
     finally:

@@ -20,8 +20,12 @@ ENROLLMENT_PREFIX = "gpu_et_"
 DISPLAY_CHARS = 6  # of the secret part, after the role prefix
 
 
+def generate_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
 def generate_key(role: Role) -> str:
-    return KEY_PREFIXES[role] + secrets.token_urlsafe(32)
+    return KEY_PREFIXES[role] + generate_secret()
 
 
 def hash_key(key: str) -> str:

@@ -10,14 +10,17 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Dialect,
     ForeignKey,
     Index,
+    Integer,
     MetaData,
     String,
     Text,
     TypeDecorator,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -75,6 +78,8 @@ class ApiKeyRow(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(24))
     tenant_id: Mapped[str | None] = mapped_column(ForeignKey("tenants.id"), index=True)
+    provider_id: Mapped[str | None] = mapped_column(ForeignKey("providers.id"), index=True)
+    node_id: Mapped[str | None] = mapped_column(ForeignKey("nodes.id"), index=True)
     created_at: Mapped[datetime]
     revoked_at: Mapped[datetime | None]
 
@@ -118,3 +123,122 @@ class ArtifactRow(Base):
     blob_id: Mapped[str | None] = mapped_column(ForeignKey("blobs.id"), index=True)
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class ServerSecretRow(Base):
+    """Secrets every replica must share (e.g. the key that signs artifact URLs for agents)."""
+
+    __tablename__ = "server_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+
+
+class ProviderRow(Base):
+    __tablename__ = "providers"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    email: Mapped[str] = mapped_column(String(254))
+    tier: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+
+
+class EnrollmentTokenRow(Base):
+    """Lets an agent register nodes for a provider; reusable across machines until revoked."""
+
+    __tablename__ = "enrollment_tokens"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    provider_id: Mapped[str] = mapped_column(ForeignKey("providers.id"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(24))
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    provider_id: Mapped[str] = mapped_column(ForeignKey("providers.id"), index=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    agent_version: Mapped[str] = mapped_column(String(50))
+    os: Mapped[str | None] = mapped_column(String(200))
+    cpu_model: Mapped[str | None] = mapped_column(String(200))
+    cpu_count: Mapped[int] = mapped_column(Integer)
+    ram_mb: Mapped[int] = mapped_column(BigInteger)
+    gpus: Mapped[list[Any]]
+    runtimes: Mapped[list[Any]]
+    sandbox: Mapped[str] = mapped_column(String(20))
+    max_concurrent_jobs: Mapped[int] = mapped_column(Integer)
+    region: Mapped[str | None] = mapped_column(String(64))
+    tier: Mapped[str] = mapped_column(String(16))
+    price_per_gpu_hour_micro: Mapped[int | None] = mapped_column(BigInteger)
+    telemetry: Mapped[dict[str, Any] | None]
+    delisted: Mapped[bool] = mapped_column(Boolean, default=False)
+    registered_at: Mapped[datetime]
+    last_seen_at: Mapped[datetime | None] = mapped_column(index=True)
+
+
+class InvokeRow(Base):
+    __tablename__ = "invokes"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "idempotency_key"),
+        Index(None, "status", "created_at"),
+        Index(None, "tenant_id", "id"),
+        Index(None, "node_id", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    status: Mapped[str] = mapped_column(String(16))
+    runtime: Mapped[str] = mapped_column(String(32))
+    priority: Mapped[str] = mapped_column(String(16))
+    model_url: Mapped[str] = mapped_column(Text)
+    inputs_url: Mapped[str] = mapped_column(Text)
+    model_artifact_id: Mapped[str | None] = mapped_column(String(40))
+    inputs_artifact_id: Mapped[str | None] = mapped_column(String(40))
+    model_sha256: Mapped[str | None] = mapped_column(String(64))
+    inputs_sha256: Mapped[str | None] = mapped_column(String(64))
+    timeout_sec: Mapped[int] = mapped_column(Integer)
+    gpus: Mapped[int] = mapped_column(Integer)
+    constraints: Mapped[dict[str, Any]]
+    outputs_upload: Mapped[dict[str, Any] | None]
+    warnings: Mapped[list[Any]]
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+
+    node_id: Mapped[str | None] = mapped_column(ForeignKey("nodes.id"))
+    lease_token: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer)
+
+    created_at: Mapped[datetime]
+    assigned_at: Mapped[datetime | None]
+    started_at: Mapped[datetime | None]
+    deadline_at: Mapped[datetime | None] = mapped_column(index=True)
+    finished_at: Mapped[datetime | None]
+    cancel_requested_at: Mapped[datetime | None]
+
+    result: Mapped[dict[str, Any] | None]
+    log_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    error_code: Mapped[str | None] = mapped_column(String(40))
+    error_message: Mapped[str | None] = mapped_column(Text)
+
+
+class InvokeLogRow(Base):
+    """The job's log in pieces, in the order the agent sent them."""
+
+    __tablename__ = "invoke_logs"
+    __table_args__ = (Index(None, "invoke_id", "id"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    invoke_id: Mapped[str] = mapped_column(ForeignKey("invokes.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    text: Mapped[str] = mapped_column(Text)

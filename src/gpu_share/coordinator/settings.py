@@ -44,6 +44,22 @@ class Settings(BaseSettings):
 
     checksum_mode: ChecksumMode = ChecksumMode.WARN
 
+    heartbeat_interval_sec: float = Field(default=5.0, gt=0)
+    node_offline_after_sec: float = Field(default=20.0, gt=0, description="Missed heartbeats")
+    lease_ttl_sec: float = Field(default=30.0, gt=0, description="Extended by every heartbeat")
+    lease_sweep_interval_sec: float = Field(default=2.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1, description="Leases per invoke before it fails")
+    max_timeout_sec: int = Field(default=6 * 3600, ge=1)
+    max_lease_wait_sec: float = Field(default=25.0, ge=0)
+    inline_output_limit_bytes: int = Field(default=1 * MiB, ge=0)
+    max_output_bytes: int = Field(default=2 * GiB, gt=0)
+    max_log_bytes_per_invoke: int = Field(default=2 * MiB, gt=0)
+    artifact_token_ttl_sec: int = Field(default=3600, gt=0, description="Signed agent downloads")
+    url_allow_networks: list[str] = Field(
+        default_factory=list,
+        description="Private CIDRs probe-url may reach (tests on loopback); none by default",
+    )
+
     sqlite_busy_timeout_ms: int = Field(default=10_000, ge=0)
     run_background_loops: bool = True
 
@@ -66,4 +82,5 @@ class Settings(BaseSettings):
             "model": self.max_model_bytes,
             "config": self.max_config_bytes,
             "inputs": self.max_inputs_bytes,
+            "outputs": self.max_output_bytes,
         }[kind]

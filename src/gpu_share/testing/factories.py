@@ -34,3 +34,31 @@ async def create_tenant(client: httpx.AsyncClient, name: str = "Acme ML") -> Ten
     assert response.status_code == 201, response.text
     body = response.json()
     return TenantHandle(id=body["id"], key=body["api_key"], key_id=body["key_id"])
+
+
+@dataclass(frozen=True)
+class ProviderHandle:
+    id: str
+    key: str
+    enrollment_token: str
+
+
+async def create_provider(client: httpx.AsyncClient, name: str = "GPU Farm") -> ProviderHandle:
+    response = await client.post(
+        "/v1/admin/providers",
+        json={"name": name, "email": f"{name.replace(' ', '.').lower()}@example.com"},
+        headers=ADMIN,
+    )
+    assert response.status_code == 201, response.text
+    body = response.json()
+    return ProviderHandle(
+        id=body["id"], key=body["api_key"], enrollment_token=body["enrollment_token"]
+    )
+
+
+HELLO_WORLD = {
+    "runtime": "onnx_cuda",
+    "model_url": "https://github.com/onnx/models/raw/main/validated/vision/classification/mnist/model/mnist-12.onnx",
+    "inputs_url": "",
+    "timeout_sec": 600,
+}

@@ -27,7 +27,12 @@ async def serve(
     """
     port = port or free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on" if lifespan else "off"
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on" if lifespan else "off",
+        timeout_graceful_shutdown=1,  # do not wait out agents' long-polls
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

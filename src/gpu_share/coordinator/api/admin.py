@@ -7,8 +7,9 @@ from fastapi import APIRouter, Depends
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.auth import AdminPrincipal
 from gpu_share.coordinator.runtime import Runtime, get_runtime
-from gpu_share.coordinator.services import accounts
+from gpu_share.coordinator.services import accounts, providers
 from gpu_share.protocol import accounts as wire
+from gpu_share.protocol.providers import Provider, ProviderCreate, ProviderWithCredentials
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
@@ -105,3 +106,23 @@ async def reject_tenant_application(
         return await accounts.reject_tenant_application(
             session, application_id, body.reason, runtime.clock.now()
         )
+
+
+@router.post(
+    "/providers",
+    status_code=201,
+    response_model=ProviderWithCredentials,
+    responses=errors(*AUTH, 422),
+)
+async def create_provider(
+    body: ProviderCreate, _admin: AdminPrincipal, runtime: RuntimeDep
+) -> ProviderWithCredentials:
+    """A provider with its key and an agent enrollment token (both shown once)."""
+    async with runtime.db.write() as session:
+        return await providers.create_provider(session, body, runtime.clock.now())
+
+
+@router.get("/providers", response_model=list[Provider], responses=errors(*AUTH))
+async def list_providers(_admin: AdminPrincipal, runtime: RuntimeDep) -> list[Provider]:
+    async with runtime.db.read() as session:
+        return await providers.list_providers(session)

@@ -10,10 +10,11 @@ from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
 from gpu_share.coordinator.api.responses import AUTH, errors
-from gpu_share.coordinator.auth import TenantPrincipal
+from gpu_share.coordinator.auth import TenantPrincipal, current_principal, require
 from gpu_share.coordinator.errors import field_error
 from gpu_share.coordinator.runtime import Runtime, get_runtime
 from gpu_share.coordinator.services import artifacts
+from gpu_share.protocol.accounts import Role
 from gpu_share.protocol.artifacts import Artifact, ArtifactKind
 from gpu_share.protocol.common import Page, Sha256Hex
 
@@ -134,14 +135,29 @@ async def get_artifact(
     },
 )
 async def download_artifact(
-    artifact_id: str, principal: TenantPrincipal, runtime: RuntimeDep
+    artifact_id: str,
+    request: Request,
+    runtime: RuntimeDep,
+    token: Annotated[
+        str | None,
+        Query(
+            max_length=200, description="Signed token in URLs handed to agents (instead of a key)"
+        ),
+    ] = None,
 ) -> Response:
     """The exact bytes uploaded; `410 ARTIFACT_EXPIRED` after the artifact's TTL."""
-    assert principal.tenant_id is not None
-    async with runtime.db.read() as session:
-        download = await artifacts.open_download(
-            session, artifact_id, runtime.clock.now(), tenant_id=principal.tenant_id
-        )
+    now = runtime.clock.now()
+    if token is not None:
+        runtime.signer.verify(token, artifact_id, now)
+        async with runtime.db.read() as session:
+            download = await artifacts.open_signed_download(session, artifact_id, now)
+    else:
+        principal = await require(Role.TENANT)(await current_principal(request, runtime))
+        assert principal.tenant_id is not None
+        async with runtime.db.read() as session:
+            download = await artifacts.open_download(
+                session, artifact_id, now, tenant_id=principal.tenant_id
+            )
     return await stream_download(runtime, download)
 
 

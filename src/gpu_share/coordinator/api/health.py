@@ -18,5 +18,5 @@ router = APIRouter(tags=["discovery"])
 )
 async def get_health(runtime: Annotated[Runtime, Depends(get_runtime)]) -> JSONResponse:
     """Liveness and readiness; needs no key."""
-    report = await health.check(runtime.db, runtime.clock.now(), __version__)
+    report = await health.check(runtime.db, runtime.clock.now(), __version__, runtime.settings)
     return JSONResponse(report.model_dump(), status_code=200 if report.status == "ok" else 503)

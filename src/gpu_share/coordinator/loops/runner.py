@@ -25,6 +25,7 @@ class PeriodicJob:
     interval_sec: float
     run_once: Job
     jitter: float = 0.1
+    start_after_sec: float = 0.0
 
 
 class LoopRunner:
@@ -46,6 +47,7 @@ class LoopRunner:
         self._tasks.clear()
 
     async def _loop(self, job: PeriodicJob) -> None:
+        await asyncio.sleep(job.start_after_sec)
         while True:
             spread = job.interval_sec * job.jitter
             await asyncio.sleep(job.interval_sec + random.uniform(-spread, spread))  # noqa: S311

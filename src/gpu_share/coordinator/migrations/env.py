@@ -8,7 +8,7 @@ connection = context.config.attributes["connection"]
 context.configure(
     connection=connection,
     target_metadata=Base.metadata,
-    render_as_batch=connection.dialect.name == "sqlite",
+    render_as_batch=True,  # ALTERs that SQLite can run too (PostgreSQL alters in place)
     compare_type=True,
 )
 with context.begin_transaction():

@@ -39,8 +39,8 @@ def principal_of(row: ApiKeyRow) -> Principal:
         key_id=row.id,
         role=wire.Role(row.role),
         tenant_id=row.tenant_id,
-        provider_id=getattr(row, "provider_id", None),
-        node_id=getattr(row, "node_id", None),
+        provider_id=row.provider_id,
+        node_id=row.node_id,
     )
 
 

@@ -48,6 +48,7 @@ class UploadRequest:
     kind: ArtifactKind
     content_sha256: str | None
     declared_length: int | None
+    enforce_quota: bool = True  # False for what the platform itself stores (job outputs)
 
 
 def artifact_url(base_url: str, artifact_id: str) -> str:
@@ -137,7 +138,7 @@ async def upload(
             "pass the SHA-256 of the body as ?content_sha256=HEX",
         )
     limit = settings.max_upload_bytes(request.kind.value)
-    quota = settings.tenant_quota_bytes
+    quota = settings.tenant_quota_bytes if request.enforce_quota else 1 << 62
     if request.declared_length is not None and request.declared_length > limit:
         raise _size_error(request.kind, limit)
     async with db.read() as session:
@@ -275,7 +276,7 @@ async def _insert_artifact(
         select(TenantRow.id).where(TenantRow.id == request.tenant_id).with_for_update()
     )
     used = await tenant_usage(session, request.tenant_id, now)
-    if used + size > settings.tenant_quota_bytes:
+    if request.enforce_quota and used + size > settings.tenant_quota_bytes:
         raise _quota_error(settings.tenant_quota_bytes, used, size)
     blob = await session.scalar(select(BlobRow).where(BlobRow.sha256 == digest).with_for_update())
     used_ours = False
@@ -327,6 +328,14 @@ async def open_download(
     session: AsyncSession, artifact_id: str, now: datetime, *, tenant_id: str
 ) -> Download:
     row = await _owned(session, tenant_id, artifact_id)
+    return await _download(session, row, now)
+
+
+async def open_signed_download(session: AsyncSession, artifact_id: str, now: datetime) -> Download:
+    """For a holder of a signed link (an agent running a job that uses the artifact)."""
+    row = await session.get(ArtifactRow, artifact_id)
+    if row is None:
+        raise NotFound(f"artifact {artifact_id} does not exist")
     return await _download(session, row, now)
 
 

@@ -1,0 +1,241 @@
+"""Dispatch: how fast work reaches agents (issue: agent and invoke pipeline).
+
+Side by side in one run, on PostgreSQL, against `gpu-share server` in its own process:
+  (a) lease throughput: N simulated agents over HTTP (lease → start → result, one job per
+      lease) vs a bare asyncpg `FOR UPDATE SKIP LOCKED` claim-and-complete loop with N
+      workers on a table in the same database. Target ≥ 0.25.
+  (b) enqueue-to-agent latency for an idle long-polling agent: POST /v1/gpu/invoke until
+      the agent's lease answer arrives. Target p50 ≤ 10 ms.
+  (c) end-to-end invoke latency of the example digits model with a warm cache (a real
+      agent process, bwrap sandbox) vs onnxruntime in-process plus one HTTP round trip.
+
+Run: .venv/bin/python bench/dispatch.py [--jobs 1000] [--agents 4]
+"""
+
+import argparse
+import asyncio
+import hashlib
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import asyncpg
+import httpx
+import numpy as np
+
+from gpu_share.examples import DIGITS_INPUTS, DIGITS_MODEL
+from gpu_share.testing.databases import create_scratch_postgres, drop_scratch_postgres
+from gpu_share.testing.processes import AgentProcess
+from gpu_share.testing.servers import free_port
+from gpu_share.testing.simulated_agent import SimulatedAgent, done_report
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_BODY = {
+    "runtime": "onnx_cpu",
+    "model_url": "https://example.com/model.onnx",
+    "inputs_url": "",
+    "timeout_sec": 600,
+}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def wait_healthy(url: str) -> None:
+    async with httpx.AsyncClient() as http:
+        for _ in range(300):
+            try:
+                if (await http.get(f"{url}/health")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    raise SystemExit("server did not start")
+
+
+async def bare_skip_locked(dsn: str, jobs: int, workers: int) -> float:
+    """The baseline: claim one row with SKIP LOCKED, mark it done, repeat."""
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(
+        "CREATE TABLE bench_jobs (id bigserial PRIMARY KEY, status text NOT NULL, "
+        "created_at timestamptz NOT NULL DEFAULT now(), lease_token text)"
+    )
+    await conn.execute("CREATE INDEX ON bench_jobs (status, created_at)")
+    await conn.executemany(
+        "INSERT INTO bench_jobs (status) VALUES ('queued')", [() for _ in range(jobs)]
+    )
+    await conn.close()
+
+    async def worker() -> None:
+        c = await asyncpg.connect(dsn)
+        while True:
+            async with c.transaction():
+                row = await c.fetchrow(
+                    "SELECT id FROM bench_jobs WHERE status = 'queued' ORDER BY created_at "
+                    "FOR UPDATE SKIP LOCKED LIMIT 1"
+                )
+                if row is None:
+                    break
+                token = secrets.token_hex(16)
+                await c.execute(
+                    "UPDATE bench_jobs SET status = 'running', lease_token = $2 WHERE id = $1",
+                    row["id"], token,
+                )
+            await c.execute(
+                "UPDATE bench_jobs SET status = 'done' WHERE id = $1 AND lease_token = $2",
+                row["id"], token,
+            )
+        await c.close()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return jobs / (time.perf_counter() - start)
+
+
+async def ours_throughput(base: str, token: str, tenant: dict[str, str], jobs: int, workers: int) -> float:
+    async with httpx.AsyncClient(base_url=base, headers=tenant, timeout=30) as http:
+        for _ in range(jobs):
+            response = await http.post("/v1/gpu/invoke", json=CPU_BODY)
+            assert response.status_code == 202, response.text
+    agents = [SimulatedAgent(base) for _ in range(workers)]
+    for agent in agents:
+        await agent.register(token)
+
+    async def drain(agent: SimulatedAgent) -> None:
+        while jobs_left := await agent.lease(slots=1, wait=0):
+            for job in jobs_left:
+                await agent.client.start(job.invoke_id, job.lease_token)
+                await agent.client.report(job.invoke_id, done_report(job), retry_for=0)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(drain(a) for a in agents))
+    elapsed = time.perf_counter() - start
+    done = sum(len(a.leased) for a in agents)
+    assert done == jobs, (done, jobs)
+    for agent in agents:
+        await agent.aclose()
+    return jobs / elapsed
+
+
+async def enqueue_latency(base: str, token: str, tenant: dict[str, str], samples: int) -> list[float]:
+    agent = SimulatedAgent(base)
+    await agent.register(token)
+    latencies = []
+    async with httpx.AsyncClient(base_url=base, headers=tenant, timeout=30) as http:
+        for _ in range(samples):
+            waiting = asyncio.create_task(agent.lease(slots=1, wait=25))
+            await asyncio.sleep(0.02)  # the long-poll is parked on the server
+            start = time.perf_counter()
+            response = await http.post("/v1/gpu/invoke", json=CPU_BODY)
+            assert response.status_code == 202
+            (job,) = await waiting
+            latencies.append((time.perf_counter() - start) * 1000)
+            await agent.complete(job)
+    await agent.aclose()
+    return latencies
+
+
+async def end_to_end(base: str, token: str, tenant: dict[str, str], tmp: Path, samples: int) -> tuple[list[float], list[float]]:
+    agent = AgentProcess(base, token, tmp / "agent", sandbox="bwrap")
+    try:
+        async with httpx.AsyncClient(base_url=base, headers=tenant, timeout=30) as http:
+            urls = {}
+            for kind, path in (("model", DIGITS_MODEL), ("inputs", DIGITS_INPUTS)):
+                data = path.read_bytes()
+                r = await http.post(
+                    "/v1/artifacts",
+                    params={"kind": kind, "content_sha256": hashlib.sha256(data).hexdigest()},
+                    content=data,
+                )
+                urls[kind] = r.json()["url"]
+            body = {"runtime": "onnx_cpu", "model_url": urls["model"], "inputs_url": urls["inputs"], "timeout_sec": 60}
+            ours = []
+            for i in range(samples + 1):
+                start = time.perf_counter()
+                for _ in range(100):
+                    r = await http.post("/v1/gpu/invoke", json=body)
+                    if r.status_code != 503:
+                        break
+                    await asyncio.sleep(0.1)
+                invoke_id = r.json()["id"]
+                while True:
+                    state = (await http.get(f"/v1/gpu/invokes/{invoke_id}")).json()
+                    if state["status"] not in ("queued", "assigned", "running"):
+                        break
+                    await asyncio.sleep(0.005)
+                assert state["status"] == "done", state
+                if i:  # the first run fills the cache
+                    ours.append((time.perf_counter() - start) * 1000)
+            baseline = []
+            import onnxruntime as ort
+
+            inputs = dict(np.load(DIGITS_INPUTS))
+            for _ in range(samples):
+                start = time.perf_counter()
+                session = ort.InferenceSession(str(DIGITS_MODEL), providers=["CPUExecutionProvider"])
+                session.run(None, inputs)
+                await http.get("/health")
+                baseline.append((time.perf_counter() - start) * 1000)
+    finally:
+        agent.stop()
+    return ours, baseline
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument("--e2e-samples", type=int, default=20)
+    args = parser.parse_args()
+
+    url = await create_scratch_postgres("gpushare_bench")
+    dsn = url.replace("postgresql+asyncpg", "postgresql")
+    admin_key = "gpu_admin_" + secrets.token_urlsafe(24)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix="gpushare-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gpu_share.cli.main", "server", "--port", str(port), "--log-level", "warning"],
+            env={**os.environ, "GPUSHARE_DATABASE_URL": url, "GPUSHARE_DATA_DIR": str(tmp / "data"), "GPUSHARE_ADMIN_KEY": admin_key},
+            cwd=ROOT,
+        )
+        try:
+            await wait_healthy(base)
+            async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {admin_key}"}) as http:
+                tenant_key = (await http.post("/v1/admin/tenants", json={"name": "bench", "email": "b@example.com"})).json()["api_key"]
+                token = (await http.post("/v1/admin/providers", json={"name": "bench", "email": "p@example.com"})).json()["enrollment_token"]
+            tenant = {"Authorization": f"Bearer {tenant_key}"}
+
+            bare = await bare_skip_locked(dsn, args.jobs, args.agents)
+            ours = await ours_throughput(base, token, tenant, args.jobs, args.agents)
+            latencies = await enqueue_latency(base, token, tenant, args.latency_samples)
+            e2e, baseline = await end_to_end(base, token, tenant, tmp, args.e2e_samples)
+        finally:
+            server.terminate()
+            server.wait()
+            await drop_scratch_postgres(url)
+
+    print(f"(a) lease throughput, {args.agents} agents, {args.jobs} jobs, one per lease:")
+    print(f"    ours over HTTP:        {ours:8.0f} jobs/s")
+    print(f"    bare SKIP LOCKED loop: {bare:8.0f} jobs/s")
+    print(f"    ratio ours / bare:     {ours / bare:8.2f}   (target >= 0.25)")
+    print(f"(b) enqueue-to-agent latency, idle long-polling agent, {len(latencies)} samples:")
+    print(f"    p50 {statistics.median(latencies):.1f} ms   p99 {percentile(latencies, 0.99):.1f} ms   (target p50 <= 10 ms)")
+    p50_ours, p50_base = statistics.median(e2e), statistics.median(baseline)
+    print(f"(c) end-to-end digits invoke, warm cache, {len(e2e)} samples:")
+    print(f"    ours (submit → done, bwrap sandbox): p50 {p50_ours:.0f} ms   p99 {percentile(e2e, 0.99):.0f} ms")
+    print(f"    in-process onnxruntime + 1 HTTP RTT: p50 {p50_base:.1f} ms")
+    print(f"    ratio ours / in-process:             {p50_ours / p50_base:.1f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

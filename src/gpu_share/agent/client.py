@@ -1,0 +1,262 @@
+"""The agent's HTTP client for the coordinator, with backoff through outages.
+
+Transport errors, 5xx and 429 are transient: `call(..., retry_for=...)` keeps trying
+with capped exponential backoff. 409 on a leased invoke means the lease is stale
+(`StaleLease`): the job belongs to someone else now.
+"""
+
+import asyncio
+import hashlib
+import logging
+import random
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from gpu_share._version import __version__
+from gpu_share.protocol import agent as wire
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class CoordinatorError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class StaleLease(CoordinatorError):
+    """The coordinator no longer considers this agent the holder of the lease."""
+
+
+class Unauthorized(CoordinatorError):
+    """The node key or enrollment token is not accepted."""
+
+
+def _transient(exc: Exception) -> bool:
+    if isinstance(exc, httpx.TransportError):
+        return True
+    return isinstance(exc, CoordinatorError) and (exc.status >= 500 or exc.status == 429)
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.is_success:
+        return
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except Exception:
+        code, message = "HTTP_ERROR", response.text[:300]
+    cls = {401: Unauthorized, 409: StaleLease}.get(response.status_code, CoordinatorError)
+    raise cls(response.status_code, code, message)
+
+
+class CoordinatorClient:
+    def __init__(
+        self,
+        server: str,
+        *,
+        key: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.server = server.rstrip("/")
+        self.key = key
+        self._http = httpx.AsyncClient(
+            base_url=self.server,
+            transport=transport,
+            timeout=httpx.Timeout(30.0, connect=10.0),
+            headers={"User-Agent": f"gpu-share-agent/{__version__}"},
+            trust_env=False,
+        )
+
+    def _auth(self, key: str | None = None) -> dict[str, str]:
+        secret = key or self.key
+        return {"Authorization": f"Bearer {secret}"} if secret else {}
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        key: str | None = None,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        content: Any = None,
+        params: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
+        response = await self._http.request(
+            method,
+            path,
+            json=json,
+            content=content,
+            params=params,
+            headers={**self._auth(key), **(headers or {})},
+            timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+        )
+        _raise_for(response)
+        return response
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        answer: type[M] | None = None,
+        *,
+        retry_for: float = 0.0,
+        **kwargs: Any,
+    ) -> M | None:
+        """One request; transient failures are retried for up to `retry_for` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + retry_for
+        delay = 0.2
+        while True:
+            try:
+                response = await self._request(method, path, **kwargs)
+            except Exception as exc:
+                if not _transient(exc) or loop.time() + delay > deadline:
+                    raise
+                log.info("%s %s failed (%s); retrying in %.1fs", method, path, exc, delay)
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311
+                delay = min(delay * 2, 10.0)
+                continue
+            if answer is None or response.status_code == 204:
+                return None
+            return answer.model_validate(response.json())
+
+    async def register(self, token: str, inventory: wire.NodeInventory) -> wire.RegistrationResult:
+        result = await self.call(
+            "POST",
+            "/v1/agent/register",
+            wire.RegistrationResult,
+            json=wire.Registration(inventory=inventory).model_dump(mode="json"),
+            key=token,
+            retry_for=60.0,
+        )
+        assert result is not None
+        return result
+
+    async def update_inventory(self, inventory: wire.NodeInventory) -> wire.InventoryAck:
+        ack = await self.call(
+            "PUT",
+            "/v1/agent/inventory",
+            wire.InventoryAck,
+            json=inventory.model_dump(mode="json"),
+            retry_for=60.0,
+        )
+        assert ack is not None
+        return ack
+
+    async def heartbeat(self, beat: wire.Heartbeat) -> wire.HeartbeatAck:
+        ack = await self.call(
+            "POST", "/v1/agent/heartbeat", wire.HeartbeatAck, json=beat.model_dump(mode="json")
+        )
+        assert ack is not None
+        return ack
+
+    async def lease(self, request: wire.LeaseRequest) -> wire.LeaseResponse:
+        response = await self.call(
+            "POST",
+            "/v1/agent/lease",
+            wire.LeaseResponse,
+            json=request.model_dump(mode="json"),
+            timeout=request.wait_sec + 15.0,
+        )
+        assert response is not None
+        return response
+
+    async def start(self, invoke_id: str, lease_token: str) -> None:
+        await self.call(
+            "POST",
+            f"/v1/agent/invokes/{invoke_id}/start",
+            json=wire.StartReport(lease_token=lease_token).model_dump(),
+            retry_for=60.0,
+        )
+
+    async def append_logs(self, invoke_id: str, lease_token: str, text: str) -> wire.LeaseVerdict:
+        ack = await self.call(
+            "POST",
+            f"/v1/agent/invokes/{invoke_id}/logs",
+            wire.LogAck,
+            json=wire.LogAppend(lease_token=lease_token, text=text).model_dump(),
+        )
+        assert ack is not None
+        return ack.verdict
+
+    async def store_outputs(
+        self, invoke_id: str, lease_token: str, path: Path, sha256: str
+    ) -> wire.OutputsStored:
+        """Stream a large result to platform storage; the coordinator re-checks the hash."""
+
+        async def body() -> AsyncIterator[bytes]:
+            with path.open("rb") as f:
+                while chunk := await asyncio.to_thread(f.read, 1 << 20):
+                    yield chunk
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 600.0
+        delay = 0.5
+        while True:
+            try:
+                response = await self._request(
+                    "POST",
+                    f"/v1/agent/invokes/{invoke_id}/outputs",
+                    content=body(),
+                    params={"content_sha256": sha256},
+                    headers={
+                        wire.LEASE_TOKEN_HEADER: lease_token,
+                        "Content-Type": "application/octet-stream",
+                    },
+                    timeout=600.0,
+                )
+                return wire.OutputsStored.model_validate(response.json())
+            except Exception as exc:
+                if not _transient(exc) or loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def report(self, invoke_id: str, report: wire.ResultReport, retry_for: float) -> None:
+        await self.call(
+            "POST",
+            f"/v1/agent/invokes/{invoke_id}/result",
+            json=report.model_dump(mode="json"),
+            retry_for=retry_for,
+        )
+
+    async def download(
+        self, url: str, dest: Path, *, max_bytes: int, timeout: float
+    ) -> tuple[str, int]:
+        """Fetch a platform artifact (a signed URL of this coordinator); returns sha256, size."""
+        hasher = hashlib.sha256()
+        size = 0
+        partial = dest.with_name(dest.name + ".part")
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._http.stream("GET", url, timeout=timeout) as response:
+                    if not response.is_success:
+                        await response.aread()
+                        _raise_for(response)
+                    with partial.open("wb") as f:
+                        async for chunk in response.aiter_bytes(1 << 20):
+                            size += len(chunk)
+                            if size > max_bytes:
+                                raise CoordinatorError(
+                                    413, "PAYLOAD_TOO_LARGE", f"artifact is over {max_bytes} bytes"
+                                )
+                            hasher.update(chunk)
+                            await asyncio.to_thread(f.write, chunk)
+            partial.replace(dest)
+        finally:
+            partial.unlink(missing_ok=True)
+        return hasher.hexdigest(), size

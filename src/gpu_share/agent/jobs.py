@@ -1,0 +1,381 @@
+"""Runs one leased job: fetch inputs, run the runtime in the sandbox, deliver outputs, report.
+
+Whatever happens inside — a bad model, a crash, an OOM, a timeout, a cancel — ends
+in a report with a precise error, never in an agent crash. If the coordinator says
+the lease is stale, the job is stopped and nothing is reported.
+"""
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import logging
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from gpu_share.agent.cache import ArtifactCache, CachedFile, Fetched
+from gpu_share.agent.client import CoordinatorClient, CoordinatorError, StaleLease
+from gpu_share.agent.failures import JobFailed
+from gpu_share.agent.gpu import Gpu, Nvml
+from gpu_share.agent.logstream import LogStream
+from gpu_share.agent.runtimes.jobspec import RUNTIME_MODULES, JobSpec, read_result
+from gpu_share.agent.sandbox import Sandbox, SandboxedProcess, SandboxSpec
+from gpu_share.agent.settings import AgentSettings
+from gpu_share.netguard import FetchError, SafeFetcher
+from gpu_share.protocol import agent as wire
+from gpu_share.protocol.errors import ErrorCode
+from gpu_share.protocol.invokes import InvokeError, Metrics
+
+log = logging.getLogger(__name__)
+
+REPORT_RETRY_SEC = 3600.0  # keep trying to report through a coordinator outage
+KILL_GRACE_SEC = 5.0
+
+
+@dataclass
+class JobContext:
+    """What every job on this node shares."""
+
+    settings: AgentSettings
+    client: CoordinatorClient
+    cache: ArtifactCache
+    fetcher: SafeFetcher
+    sandbox: Sandbox
+    nvml: Nvml
+    threads: int  # per job: the node's cores shared among its slots
+
+
+class Outcome:
+    def __init__(self) -> None:
+        self.canceled = asyncio.Event()
+        self.dropped = asyncio.Event()
+
+
+def _sha256_file(path: Path) -> str:
+    hasher = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+class Job:
+    def __init__(self, ctx: JobContext, lease: wire.LeasedJob, gpus: list[Gpu]) -> None:
+        self.ctx = ctx
+        self.lease = lease
+        self.gpus = gpus
+        self.outcome = Outcome()
+        self.dir = ctx.settings.jobs_dir / f"{lease.invoke_id}-{lease.attempt}"
+        self.logs = LogStream(
+            ctx.client,
+            lease.invoke_id,
+            lease.lease_token,
+            flush_interval=ctx.settings.log_flush_interval_sec,
+            canceled=self.outcome.canceled,
+            dropped=self.outcome.dropped,
+        )
+        self._pinned: list[str] = []
+        self._peak_gpu_bytes: int | None = None
+
+    @property
+    def invoke_id(self) -> str:
+        return self.lease.invoke_id
+
+    async def run(self) -> None:
+        started = time.monotonic()
+        try:
+            await self.ctx.client.start(self.invoke_id, self.lease.lease_token)
+        except StaleLease:
+            log.info("invoke %s: lease stale before start; dropping", self.invoke_id)
+            return
+        self.logs.start()
+        report: wire.ResultReport | None
+        try:
+            report = await self._execute(started)
+        except JobFailed as failure:
+            self.logs.line(f"failed: {failure.message}")
+            report = self._failed(failure.code, failure.message, started)
+        except Exception as exc:
+            log.exception("invoke %s: agent error", self.invoke_id)
+            message = f"the agent hit an internal error: {type(exc).__name__}: {exc}"
+            self.logs.line(message)
+            report = self._failed(ErrorCode.AGENT_ERROR, message, started)
+        finally:
+            await self.logs.close()
+            for sha in self._pinned:
+                self.ctx.cache.unpin(sha)
+            if not self.ctx.settings.keep_job_dirs:
+                await asyncio.to_thread(shutil.rmtree, self.dir, True)
+        if report is None or self.outcome.dropped.is_set():
+            log.info("invoke %s: lease lost; result not reported", self.invoke_id)
+            return
+        try:
+            await self.ctx.client.report(self.invoke_id, report, retry_for=REPORT_RETRY_SEC)
+        except StaleLease:
+            log.info("invoke %s: the coordinator refused the result (lease stale)", self.invoke_id)
+
+    def _failed(self, code: str, message: str, started: float) -> wire.ResultReport:
+        return wire.ResultReport(
+            lease_token=self.lease.lease_token,
+            status="failed",
+            error=InvokeError(code=code, message=message),
+            metrics=self._metrics({}, started, None),
+        )
+
+    def _metrics(
+        self, runtime: dict[str, object], started: float, download_ms: int | None
+    ) -> Metrics:
+        device = runtime.get("device", "cuda" if self.lease.runtime.needs_gpu else "cpu")
+        gpu_model = runtime.get("gpu_model") or (
+            self.gpus[0].info.model if self.gpus and device == "cuda" else None
+        )
+        known = {
+            "device": device,
+            "execution_provider": runtime.get("execution_provider"),
+            "gpu_model": gpu_model,
+            "duration_ms": int((time.monotonic() - started) * 1000),
+            "compute_ms": runtime.get("compute_ms"),
+            "download_ms": download_ms,
+            "peak_rss_bytes": runtime.get("peak_rss_bytes"),
+            "peak_gpu_memory_bytes": self._peak_gpu_bytes,
+        }
+        extra = dict(runtime.get("extra") or {})  # type: ignore[call-overload]
+        extra.update({k: v for k, v in runtime.items() if k not in known and k != "extra"})
+        return Metrics.model_validate({**known, "extra": extra})
+
+    async def _execute(self, started: float) -> wire.ResultReport | None:
+        lease = self.lease
+        (self.dir / "in").mkdir(parents=True, exist_ok=True)
+        (self.dir / "out").mkdir(exist_ok=True)
+        self.logs.line(
+            f"invoke {self.invoke_id} attempt {lease.attempt}: {lease.runtime.value} "
+            f"in the {self.ctx.sandbox.name} sandbox"
+            + (f" on {', '.join(g.info.model for g in self.gpus)}" if self.gpus else "")
+        )
+        fetch_started = time.monotonic()
+        inputs = {"model": await self._fetch("model", lease.model)}
+        if lease.inputs is not None:
+            inputs["inputs"] = await self._fetch("inputs", lease.inputs)
+        download_ms = int((time.monotonic() - fetch_started) * 1000)
+
+        spec = JobSpec(
+            runtime=lease.runtime,
+            model="in/model",
+            inputs="in/inputs" if lease.inputs is not None else None,
+            outputs_dir="out",
+            threads=self.ctx.threads,
+        )
+        (self.dir / "spec.json").write_text(spec.model_dump_json())
+        exit_code, stopped = await self._run_sandboxed(
+            SandboxSpec(
+                argv=[sys.executable, "-m", RUNTIME_MODULES[lease.runtime], "spec.json"],
+                job_dir=self.dir,
+                inputs={name: cached.path for name, cached in inputs.items()},
+                env={},
+                gpu_uuids=[g.info.uuid for g in self.gpus],
+                cpu_threads=self.ctx.threads,
+            ),
+            started,
+        )
+        if stopped == "dropped":
+            return None
+        if stopped in ("timeout", "canceled"):
+            message = (
+                f"the job ran longer than timeout_sec={lease.timeout_sec} and was killed"
+                if stopped == "timeout"
+                else "canceled by the tenant; the job was stopped"
+            )
+            self.logs.line(message)
+            return wire.ResultReport(
+                lease_token=lease.lease_token,
+                status=stopped,
+                error=InvokeError(
+                    code=ErrorCode.TIMEOUT if stopped == "timeout" else ErrorCode.CANCELED,
+                    message=message,
+                ),
+                metrics=self._metrics({}, started, download_ms),
+            )
+        result_path = self.dir / "out" / "result.json"
+        if result_path.is_symlink():  # the job wrote it; never follow it out of the job folder
+            raise JobFailed(ErrorCode.RUNTIME_ERROR, "the runtime's result.json is a symlink")
+        result = read_result(result_path)
+        if result is None:
+            raise JobFailed(
+                ErrorCode.OUT_OF_MEMORY if exit_code in (-9, 137) else ErrorCode.RUNTIME_ERROR,
+                f"the runtime exited with code {exit_code} without a result"
+                + (" (killed: probably out of memory)" if exit_code in (-9, 137) else "")
+                + "; see the log",
+            )
+        runtime_metrics = result.metrics.model_dump() if result.metrics else {}
+        metrics = self._metrics(runtime_metrics, started, download_ms)
+        if not result.ok:
+            assert result.error is not None
+            self.logs.line(f"runtime error {result.error.code}: {result.error.message}")
+            return wire.ResultReport(
+                lease_token=lease.lease_token,
+                status="failed",
+                error=InvokeError(code=result.error.code, message=result.error.message),
+                metrics=metrics,
+            )
+        assert result.outputs is not None
+        outputs_path = (self.dir / result.outputs).resolve()
+        if not outputs_path.is_relative_to(self.dir.resolve()) or not outputs_path.is_file():
+            raise JobFailed(
+                ErrorCode.RUNTIME_ERROR, "the runtime reported outputs it did not write"
+            )
+        outputs, error = await self._deliver(outputs_path, result.outputs_format or "npz")
+        return wire.ResultReport(
+            lease_token=lease.lease_token,
+            status="failed" if error else "done",
+            outputs=outputs,
+            metrics=metrics,
+            error=error,
+        )
+
+    async def _fetch(self, name: str, ref: wire.ArtifactRef) -> CachedFile:
+        settings = self.ctx.settings
+
+        async def download(dest: Path, validators: dict[str, str]) -> Fetched:
+            if ref.platform:
+                sha, size = await self.ctx.client.download(
+                    ref.url,
+                    dest,
+                    max_bytes=settings.max_download_bytes,
+                    timeout=settings.download_timeout_sec,
+                )
+                return Fetched(sha256=sha, size=size)
+            got = await self.ctx.fetcher.download(
+                ref.url,
+                dest,
+                max_bytes=settings.max_download_bytes,
+                timeout=settings.download_timeout_sec,
+                headers=validators,
+                expected_sha256=ref.sha256,
+            )
+            return Fetched(
+                sha256=got.sha256,
+                size=got.size,
+                etag=got.etag,
+                last_modified=got.last_modified,
+                not_modified=got.not_modified,
+            )
+
+        field = f"{name}_url"
+        try:
+            cached = await self.ctx.cache.get(ref.url, ref.sha256, download)
+        except FetchError as exc:
+            raise JobFailed(exc.code, f"{field}: {exc.message}") from exc
+        except StaleLease:
+            raise
+        except CoordinatorError as exc:
+            raise JobFailed(ErrorCode.DOWNLOAD_FAILED, f"{field}: {exc.message}") from exc
+        except (httpx.TransportError, TimeoutError) as exc:
+            raise JobFailed(
+                ErrorCode.DOWNLOAD_FAILED, f"{field}: download from the platform failed ({exc!r})"
+            ) from exc
+        if ref.sha256 is not None and cached.sha256 != ref.sha256:
+            raise JobFailed(
+                ErrorCode.CHECKSUM_MISMATCH,
+                f"{field}: downloaded file has SHA-256 {cached.sha256}, expected {ref.sha256}",
+            )
+        self.ctx.cache.pin(cached.sha256)
+        self._pinned.append(cached.sha256)
+        how = "downloaded" if cached.downloaded else "from cache"
+        self.logs.line(f"{name}: {cached.size} bytes, sha256 {cached.sha256[:16]}…, {how}")
+        return cached
+
+    async def _run_sandboxed(
+        self, spec: SandboxSpec, started: float
+    ) -> tuple[int | None, str | None]:
+        """Run until exit, timeout, cancel or drop; returns (exit code, why it was stopped)."""
+        process = await self.ctx.sandbox.start(spec)
+        pump = asyncio.create_task(self._pump(process))
+        sampler = asyncio.create_task(self._sample_gpu_memory(process)) if self.gpus else None
+        remaining = self.lease.timeout_sec - (time.monotonic() - started)
+        waiters = {
+            asyncio.create_task(process.wait()): None,
+            asyncio.create_task(self.outcome.canceled.wait()): "canceled",
+            asyncio.create_task(self.outcome.dropped.wait()): "dropped",
+        }
+        try:
+            done, _ = await asyncio.wait(
+                waiters, timeout=max(remaining, 0.0), return_when=asyncio.FIRST_COMPLETED
+            )
+            stopped: str | None = "timeout" if not done else None
+            for task in done:
+                stopped = stopped or waiters[task]
+            if stopped is not None:
+                process.kill()
+            exit_code = await asyncio.wait_for(process.wait(), KILL_GRACE_SEC + 30)
+        finally:
+            for task in waiters:
+                task.cancel()
+            if sampler is not None:
+                sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(pump, 5)
+        return exit_code, stopped
+
+    async def _pump(self, process: SandboxedProcess) -> None:
+        while line := await process.stdout.readline():
+            self.logs.write(line.decode(errors="replace"))
+
+    async def _sample_gpu_memory(self, process: SandboxedProcess) -> None:
+        import psutil
+
+        while True:
+            try:
+                pids = {process.pid} | {
+                    child.pid for child in psutil.Process(process.pid).children(recursive=True)
+                }
+            except psutil.Error:
+                return
+            used = await asyncio.to_thread(self.ctx.nvml.process_gpu_memory, self.gpus, pids)
+            if used is not None:
+                self._peak_gpu_bytes = max(self._peak_gpu_bytes or 0, used)
+            await asyncio.sleep(0.5)
+
+    async def _deliver(
+        self, path: Path, fmt: str
+    ) -> tuple[wire.ReportedOutputs, InvokeError | None]:
+        """Inline, the tenant's presigned URL, or platform storage — in that order of fit."""
+        size, sha = await asyncio.to_thread(lambda: (path.stat().st_size, _sha256_file(path)))
+        upload = self.lease.outputs_upload
+        if upload is not None:
+            try:
+                status = await self.ctx.fetcher.upload(
+                    upload.url,
+                    path,
+                    method=upload.method,
+                    headers=upload.headers,
+                    timeout=self.ctx.settings.download_timeout_sec,
+                )
+                self.logs.line(f"outputs: {size} bytes uploaded to outputs_upload (HTTP {status})")
+                return wire.ReportedOutputs(format=fmt, size=size, sha256=sha, url=upload.url), None
+            except FetchError as exc:
+                message = (
+                    f"outputs_upload failed: {exc.message}; "
+                    "the outputs were kept in platform storage"
+                )
+                self.logs.line(message)
+                stored = await self.ctx.client.store_outputs(
+                    self.invoke_id, self.lease.lease_token, path, sha
+                )
+                outputs = wire.ReportedOutputs(format=fmt, size=size, sha256=sha, url=stored.url)
+                return outputs, InvokeError(code=ErrorCode.OUTPUT_UPLOAD_FAILED, message=message)
+        if size <= self.lease.inline_limit_bytes:
+            data = await asyncio.to_thread(path.read_bytes)
+            self.logs.line(f"outputs: {size} bytes inline")
+            return wire.ReportedOutputs(
+                format=fmt, size=size, sha256=sha, inline_base64=base64.b64encode(data).decode()
+            ), None
+        stored = await self.ctx.client.store_outputs(
+            self.invoke_id, self.lease.lease_token, path, sha
+        )
+        self.logs.line(f"outputs: {size} bytes stored as {stored.artifact_id}")
+        return wire.ReportedOutputs(format=fmt, size=size, sha256=sha, url=stored.url), None

@@ -1,0 +1,249 @@
+"""The agent's main loop: register → heartbeat → lease → run jobs → report.
+
+Shaped like procrastinate's worker: a heartbeat side task, a lease loop bounded by
+free slots, and a graceful stop that lets running jobs finish for a while.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import platform
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+from gpu_share._version import __version__
+from gpu_share.agent import gpu as gpu_module
+from gpu_share.agent.cache import ArtifactCache
+from gpu_share.agent.capabilities import detect_runtimes
+from gpu_share.agent.client import CoordinatorClient, CoordinatorError, Unauthorized
+from gpu_share.agent.gpu import Gpu, Nvml
+from gpu_share.agent.jobs import Job, JobContext
+from gpu_share.agent.sandbox import Sandbox, detect_sandbox
+from gpu_share.agent.settings import AgentSettings
+from gpu_share.netguard import SafeFetcher, UrlPolicy
+from gpu_share.protocol import agent as wire
+from gpu_share.protocol.runtimes import RuntimeName
+
+log = logging.getLogger(__name__)
+
+
+class AgentStartError(Exception):
+    """The agent cannot start: say what to fix."""
+
+
+@dataclass
+class Identity:
+    server: str
+    node_id: str
+    node_key: str
+
+
+def load_identity(path: Path, server: str) -> Identity | None:
+    try:
+        data = json.loads(path.read_text())
+        identity = Identity(**data)
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+    return identity if identity.server == server else None
+
+
+def save_identity(path: Path, identity: Identity) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(identity.__dict__, f)
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sandbox: Sandbox | None = None,
+        nvml: Nvml | None = None,
+        runtimes: list[RuntimeName] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.client = CoordinatorClient(settings.server, transport=transport)
+        self.nvml = nvml or Nvml()
+        self.gpus: list[Gpu] = self.nvml.discover()
+        self.sandbox = sandbox or detect_sandbox(
+            settings.sandbox, docker_image=settings.docker_image
+        )
+        self.runtimes = runtimes if runtimes is not None else detect_runtimes(self.gpus)
+        self.slots = settings.max_concurrent_jobs or max(1, len(self.gpus))
+        self.node_id: str | None = None
+        self.heartbeat_interval = 5.0
+        self.jobs: dict[str, Job] = {}
+        self._free_gpus: list[Gpu] = list(self.gpus)
+        self._slot_freed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def inventory(self) -> wire.NodeInventory:
+        memory = psutil.virtual_memory()
+        return wire.NodeInventory(
+            hostname=socket.gethostname()[:255],
+            agent_version=__version__,
+            os=f"{platform.system()} {platform.release()}"[:200],
+            cpu_model=(platform.processor() or platform.machine() or None),
+            cpu_count=os.cpu_count() or 1,
+            ram_mb=int(memory.total // (1024 * 1024)),
+            gpus=[g.info for g in self.gpus],
+            runtimes=self.runtimes,
+            max_concurrent_jobs=self.slots,
+            sandbox=self.sandbox.name,
+            region=self.settings.region,
+        )
+
+    async def connect(self) -> None:
+        """Use the saved node identity, or register with the enrollment token."""
+        path = self.settings.identity_path
+        identity = load_identity(path, self.settings.server)
+        inventory = self.inventory()
+        if identity is not None:
+            self.client.key = identity.node_key
+            try:
+                ack = await self.client.update_inventory(inventory)
+            except Unauthorized:
+                log.warning("the saved node key was refused; registering again")
+            else:
+                self.node_id, self.heartbeat_interval = ack.node_id, ack.heartbeat_interval_sec
+                return
+        if self.settings.token is None:
+            raise AgentStartError(
+                "this agent is not registered yet: pass the provider's enrollment token "
+                "with --token gpu_et_… (it is needed on the first start only)"
+            )
+        try:
+            result = await self.client.register(self.settings.token.get_secret_value(), inventory)
+        except Unauthorized as exc:
+            raise AgentStartError(f"registration refused: {exc.message}") from exc
+        save_identity(path, Identity(self.settings.server, result.node_id, result.node_key))
+        self.client.key = result.node_key
+        self.node_id, self.heartbeat_interval = result.node_id, result.heartbeat_interval_sec
+
+    async def run(self, stop: asyncio.Event, *, drain_timeout: float = 30.0) -> None:
+        await self.connect()
+        log.info(
+            "node %s online: %d GPU(s), runtimes %s, %d slot(s), %s sandbox",
+            self.node_id,
+            len(self.gpus),
+            ", ".join(r.value for r in self.runtimes),
+            self.slots,
+            self.sandbox.name,
+        )
+        cache = ArtifactCache(self.settings.cache_dir, self.settings.cache_max_bytes)
+        # Jobs write into their own folders as root-owned files; the folder above them
+        # must be private or a set-user-ID file a job leaves could be run by others.
+        self.settings.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.settings.jobs_dir.chmod(0o700)
+        async with SafeFetcher(UrlPolicy.from_strings(self.settings.allow_networks)) as fetcher:
+            threads = self.settings.job_threads or max(1, (os.cpu_count() or 1) // self.slots)
+            ctx = JobContext(
+                self.settings, self.client, cache, fetcher, self.sandbox, self.nvml, threads
+            )
+            beating = asyncio.create_task(self._heartbeats(stop), name="agent:heartbeat")
+            leasing = asyncio.create_task(self._lease_loop(ctx, stop), name="agent:lease")
+            await stop.wait()
+            leasing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await leasing
+            await self._drain(drain_timeout)
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+        await self.client.aclose()
+        self.nvml.shutdown()
+
+    async def _drain(self, timeout: float) -> None:
+        if not self._tasks:
+            return
+        log.info("waiting up to %.0fs for %d running job(s)", timeout, len(self._tasks))
+        pending = set(self._tasks)
+        if timeout > 0:
+            _, pending = await asyncio.wait(self._tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _heartbeats(self, stop: asyncio.Event) -> None:
+        while True:
+            beat = wire.Heartbeat(
+                telemetry=await asyncio.to_thread(gpu_module.telemetry, self.nvml, self.gpus),
+                running=[
+                    wire.RunningLease(invoke_id=job.invoke_id, lease_token=job.lease.lease_token)
+                    for job in self.jobs.values()
+                ],
+            )
+            try:
+                ack = await self.client.heartbeat(beat)
+            except Exception as exc:
+                log.warning("heartbeat failed (%s); the coordinator may be restarting", exc)
+            else:
+                self.heartbeat_interval = ack.heartbeat_interval_sec
+                for status in ack.leases:
+                    job = self.jobs.get(status.invoke_id)
+                    if job is None:
+                        continue
+                    if status.verdict is wire.LeaseVerdict.CANCEL:
+                        job.outcome.canceled.set()
+                    elif status.verdict is wire.LeaseVerdict.DROP:
+                        job.outcome.dropped.set()
+            if stop.is_set():  # draining: keep the running jobs' leases alive
+                await asyncio.sleep(self.heartbeat_interval)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.heartbeat_interval)
+
+    async def _lease_loop(self, ctx: JobContext, stop: asyncio.Event) -> None:
+        delay = 0.5
+        while not stop.is_set():
+            free = self.slots - len(self.jobs)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            request = wire.LeaseRequest(
+                slots=free, free_gpus=len(self._free_gpus), wait_sec=self.settings.lease_wait_sec
+            )
+            try:
+                response = await self.client.lease(request)
+            except Unauthorized as exc:
+                log.error("the coordinator refused this node's key (%s); stopping", exc.message)
+                stop.set()
+                return
+            except (httpx.TransportError, CoordinatorError) as exc:
+                log.warning("lease failed (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            delay = 0.5
+            for lease in response.jobs:
+                self._start(ctx, lease)
+
+    def _start(self, ctx: JobContext, lease: wire.LeasedJob) -> None:
+        gpus = self._free_gpus[: lease.gpus] if lease.runtime.needs_gpu else []
+        del self._free_gpus[: len(gpus)]
+        job = Job(ctx, lease, gpus)
+        self.jobs[lease.invoke_id] = job
+
+        async def run() -> None:
+            try:
+                await job.run()
+            finally:
+                self.jobs.pop(lease.invoke_id, None)
+                self._free_gpus.extend(gpus)
+                self._slot_freed.set()
+
+        task = asyncio.create_task(run(), name=f"job:{lease.invoke_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

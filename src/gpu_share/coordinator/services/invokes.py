@@ -1,0 +1,332 @@
+"""Invokes from the tenant's side: submit, read, list, cancel, logs (SPEC §1.5)."""
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.db import Database
+from gpu_share.coordinator.errors import (
+    Conflict,
+    NotFound,
+    Unavailable,
+    ValidationFailed,
+    field_error,
+)
+from gpu_share.coordinator.ids import new_id
+from gpu_share.coordinator.orm import ArtifactRow, InvokeLogRow, InvokeRow
+from gpu_share.coordinator.services import nodes
+from gpu_share.coordinator.services.placement import MICRO, Requirements
+from gpu_share.coordinator.settings import ChecksumMode, Settings
+from gpu_share.protocol.errors import ErrorCode
+from gpu_share.protocol.invokes import (
+    Invoke,
+    InvokeCreate,
+    InvokeError,
+    InvokeResult,
+    InvokeStatus,
+    Priority,
+)
+from gpu_share.protocol.runtimes import RuntimeName
+
+ARTIFACT_PATH = re.compile(r"^/v1/artifacts/(art_[0-9a-z]{26})/download/?$")
+
+
+def to_wire(row: InvokeRow) -> Invoke:
+    error = (
+        InvokeError(code=row.error_code, message=row.error_message or "")
+        if row.error_code
+        else None
+    )
+    return Invoke(
+        id=row.id,
+        status=InvokeStatus(row.status),
+        runtime=RuntimeName(row.runtime),
+        model_url=row.model_url,
+        inputs_url=row.inputs_url,
+        timeout_sec=row.timeout_sec,
+        priority=Priority(row.priority),
+        node_id=row.node_id,
+        attempts=row.attempts,
+        created_at=row.created_at,
+        assigned_at=row.assigned_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        cancel_requested_at=row.cancel_requested_at,
+        result=InvokeResult.model_validate(row.result) if row.result else None,
+        error=error,
+        warnings=list(row.warnings or []),
+    )
+
+
+def platform_artifact_id(url: str, origins: set[str]) -> str | None:
+    """The artifact id when `url` is one of this platform's download URLs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return None
+    host, slash, path = rest.partition("/")
+    if f"{scheme.lower()}://{host.lower()}" not in origins:
+        return None
+    match = ARTIFACT_PATH.match(slash + path.split("?", 1)[0])
+    return match.group(1) if match else None
+
+
+def origins_of(*base_urls: str) -> set[str]:
+    return {u.rstrip("/").lower() for u in base_urls if u}
+
+
+@dataclass(frozen=True)
+class ResolvedUrl:
+    artifact_id: str | None
+    sha256: str | None
+
+
+async def _resolve(
+    session: AsyncSession,
+    tenant_id: str,
+    field: str,
+    url: str,
+    checksum: str | None,
+    origins: set[str],
+    now: datetime,
+) -> ResolvedUrl:
+    artifact_id = platform_artifact_id(url, origins)
+    if artifact_id is None:
+        return ResolvedUrl(None, checksum)
+    row = await session.get(ArtifactRow, artifact_id)
+    if row is None or row.tenant_id != tenant_id:
+        raise NotFound(f"{field}: artifact {artifact_id} does not exist")
+    if row.expires_at <= now or row.blob_id is None:
+        raise ValidationFailed(
+            f"{field}: artifact {artifact_id} expired at {row.expires_at.isoformat()}; "
+            "upload it again",
+            code=ErrorCode.ARTIFACT_EXPIRED,
+        )
+    if checksum is not None and checksum != row.sha256:
+        raise ValidationFailed(
+            f"{field}: the artifact's SHA-256 is {row.sha256}, not {checksum}",
+            code=ErrorCode.CHECKSUM_MISMATCH,
+            details={"field": field, "expected": checksum, "actual": row.sha256},
+        )
+    return ResolvedUrl(artifact_id, row.sha256)
+
+
+def _checksum_rules(body: InvokeCreate, settings: Settings) -> list[str]:
+    missing = []
+    if body.model_checksum_sha256 is None:
+        missing.append("model_checksum_sha256")
+    if body.inputs_url and body.inputs_checksum_sha256 is None:
+        missing.append("inputs_checksum_sha256")
+    if not missing:
+        return []
+    if settings.checksum_mode is ChecksumMode.ENFORCE:
+        raise field_error(
+            missing[0],
+            "required while the server enforces checksums (CHECKSUM_MODE=enforce); "
+            "give the SHA-256 of the file at the URL",
+        )
+    if settings.checksum_mode is ChecksumMode.WARN:
+        return [f"{name} not given: the download is not verified" for name in missing]
+    return []
+
+
+def requirements_of(body: InvokeCreate) -> Requirements:
+    price = body.max_price_per_gpu_hour
+    return Requirements(
+        runtime=body.runtime,
+        gpus=body.gpus,
+        # Decimal GB, as cards are sold: an "80GB" H100 reports 81559 MiB.
+        min_vram_mb=int(body.min_vram_gb * 1000**3 / 1024**2) if body.min_vram_gb else None,
+        gpu_model=body.gpu_model,
+        region=body.region,
+        tier=body.tier.value if body.tier else None,
+        max_price_micro=int(price * MICRO) if isinstance(price, Decimal) else None,
+    )
+
+
+def request_hash(body: InvokeCreate) -> str:
+    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def create(
+    db: Database,
+    settings: Settings,
+    tenant_id: str,
+    body: InvokeCreate,
+    *,
+    idempotency_key: str | None,
+    origins: set[str],
+    now: datetime,
+) -> tuple[Invoke, bool]:
+    """Queue an invoke; returns it and whether it is new (False: an idempotent replay)."""
+    digest = request_hash(body)
+    if idempotency_key is not None:
+        async with db.read() as session:
+            replay = await _replay(session, tenant_id, idempotency_key, digest)
+        if replay is not None:
+            return replay, False
+    if body.timeout_sec > settings.max_timeout_sec:
+        raise field_error("timeout_sec", f"must be at most {settings.max_timeout_sec} seconds")
+    if body.webhook_url:
+        raise field_error("webhook_url", "webhooks are not supported yet; poll the invoke")
+    warnings = _checksum_rules(body, settings)
+    req = requirements_of(body)
+    try:
+        async with db.write() as session:
+            model = await _resolve(
+                session,
+                tenant_id,
+                "model_url",
+                body.model_url,
+                body.model_checksum_sha256,
+                origins,
+                now,
+            )
+            inputs = (
+                await _resolve(
+                    session,
+                    tenant_id,
+                    "inputs_url",
+                    body.inputs_url,
+                    body.inputs_checksum_sha256,
+                    origins,
+                    now,
+                )
+                if body.inputs_url
+                else ResolvedUrl(None, None)
+            )
+            if not await nodes.any_node_serves(session, req, now, settings):
+                raise Unavailable(
+                    f"no online node serves {req.describe()}; wait for a provider to come "
+                    "online, relax the constraints, or try a *_cpu runtime",
+                    code=ErrorCode.NO_CAPACITY,
+                    headers={"Retry-After": "30"},
+                )
+            row = InvokeRow(
+                id=new_id("inv"),
+                tenant_id=tenant_id,
+                status=InvokeStatus.QUEUED.value,
+                runtime=body.runtime.value,
+                priority=body.priority.value,
+                model_url=body.model_url,
+                inputs_url=body.inputs_url or "",
+                model_artifact_id=model.artifact_id,
+                inputs_artifact_id=inputs.artifact_id,
+                model_sha256=model.sha256,
+                inputs_sha256=inputs.sha256,
+                timeout_sec=body.timeout_sec,
+                gpus=body.gpus if body.runtime.needs_gpu else 0,
+                constraints=req.constraints(),
+                outputs_upload=body.outputs_upload.model_dump() if body.outputs_upload else None,
+                warnings=warnings,
+                idempotency_key=idempotency_key,
+                request_hash=digest,
+                attempts=0,
+                max_attempts=settings.max_attempts,
+                created_at=now,
+                log_bytes=0,
+            )
+            session.add(row)
+            await session.flush()
+            invoke = to_wire(row)
+    except IntegrityError:
+        if idempotency_key is None:
+            raise
+        async with db.read() as session:  # a concurrent request with the same key won
+            replay = await _replay(session, tenant_id, idempotency_key, digest)
+        if replay is None:
+            raise
+        return replay, False
+    return invoke, True
+
+
+async def _replay(session: AsyncSession, tenant_id: str, key: str, digest: str) -> Invoke | None:
+    row = await session.scalar(
+        select(InvokeRow).where(InvokeRow.tenant_id == tenant_id, InvokeRow.idempotency_key == key)
+    )
+    if row is None:
+        return None
+    if row.request_hash != digest:
+        raise Conflict(
+            f"Idempotency-Key {key!r} was used for invoke {row.id} with a different body; "
+            "use a new key for a new request"
+        )
+    return to_wire(row)
+
+
+async def owned(session: AsyncSession, tenant_id: str, invoke_id: str) -> InvokeRow:
+    row = await session.get(InvokeRow, invoke_id)
+    if row is None or row.tenant_id != tenant_id:
+        raise NotFound(f"invoke {invoke_id} does not exist")
+    return row
+
+
+async def list_for_tenant(
+    session: AsyncSession,
+    tenant_id: str,
+    *,
+    status: InvokeStatus | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[Invoke], str | None]:
+    query = select(InvokeRow).where(InvokeRow.tenant_id == tenant_id)
+    if status is not None:
+        query = query.where(InvokeRow.status == status.value)
+    if cursor:
+        query = query.where(InvokeRow.id < cursor)
+    rows = (await session.scalars(query.order_by(InvokeRow.id.desc()).limit(limit + 1))).all()
+    next_cursor = rows[limit - 1].id if len(rows) > limit else None
+    return [to_wire(row) for row in rows[:limit]], next_cursor
+
+
+async def cancel(session: AsyncSession, tenant_id: str, invoke_id: str, now: datetime) -> Invoke:
+    """Queued → canceled at once; leased → ask the agent (it stops the job and reports)."""
+    row = await owned(session, tenant_id, invoke_id)
+    status = InvokeStatus(row.status)
+    if status is InvokeStatus.CANCELED:
+        return to_wire(row)
+    if status.terminal:
+        raise Conflict(f"invoke {invoke_id} already finished with status {status.value}")
+    if status is InvokeStatus.QUEUED:
+        done = await session.execute(
+            update(InvokeRow)
+            .where(InvokeRow.id == invoke_id, InvokeRow.status == InvokeStatus.QUEUED.value)
+            .values(
+                status=InvokeStatus.CANCELED.value,
+                finished_at=now,
+                cancel_requested_at=now,
+                error_code=ErrorCode.CANCELED.value,
+                error_message="canceled by the tenant before it started",
+            )
+        )
+        if done.rowcount == 1:  # type: ignore[attr-defined]
+            await session.refresh(row)
+            return to_wire(row)
+        await session.refresh(row)  # leased meanwhile: fall through to asking the agent
+    if row.cancel_requested_at is None:
+        row.cancel_requested_at = now
+    return to_wire(row)
+
+
+async def read_logs(
+    session: AsyncSession, tenant_id: str, invoke_id: str, after: int, limit: int = 1000
+) -> tuple[str, int, InvokeStatus]:
+    """Log text after cursor `after`; returns text, the new cursor and the invoke's status."""
+    row = await owned(session, tenant_id, invoke_id)
+    pieces = (
+        await session.execute(
+            select(InvokeLogRow.id, InvokeLogRow.text)
+            .where(InvokeLogRow.invoke_id == invoke_id, InvokeLogRow.id > after)
+            .order_by(InvokeLogRow.id)
+            .limit(limit)
+        )
+    ).all()
+    cursor = pieces[-1][0] if pieces else after
+    return "".join(text for _, text in pieces), cursor, InvokeStatus(row.status)

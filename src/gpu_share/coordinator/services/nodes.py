@@ -1,0 +1,179 @@
+"""Nodes: registration by agents, heartbeats, and what tenants see of them."""
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.errors import NotFound
+from gpu_share.coordinator.ids import new_id
+from gpu_share.coordinator.orm import InvokeRow, NodeRow, ProviderRow
+from gpu_share.coordinator.services.accounts import issue_key
+from gpu_share.coordinator.services.placement import MICRO, Requirements, node_status, serves
+from gpu_share.coordinator.settings import Settings
+from gpu_share.protocol import agent as wire
+from gpu_share.protocol.accounts import Role
+from gpu_share.protocol.invokes import ACTIVE
+from gpu_share.protocol.nodes import (
+    Node,
+    NodeGpu,
+    NodeStatus,
+    RuntimeAvailability,
+    Tier,
+)
+from gpu_share.protocol.runtimes import RuntimeName
+
+ACTIVE_VALUES = [s.value for s in ACTIVE]
+
+
+def _apply_inventory(row: NodeRow, inventory: wire.NodeInventory) -> None:
+    row.hostname = inventory.hostname
+    row.agent_version = inventory.agent_version
+    row.os = inventory.os
+    row.cpu_model = inventory.cpu_model
+    row.cpu_count = inventory.cpu_count
+    row.ram_mb = inventory.ram_mb
+    row.gpus = [gpu.model_dump() for gpu in inventory.gpus]
+    row.runtimes = sorted({r.value for r in inventory.runtimes})
+    row.sandbox = inventory.sandbox
+    row.max_concurrent_jobs = inventory.max_concurrent_jobs
+    if inventory.region:
+        row.region = inventory.region
+
+
+async def register(
+    session: AsyncSession, provider: ProviderRow, inventory: wire.NodeInventory, now: datetime
+) -> tuple[NodeRow, str]:
+    row = NodeRow(
+        id=new_id("nod"),
+        provider_id=provider.id,
+        tier=provider.tier,
+        price_per_gpu_hour_micro=None,
+        telemetry=None,
+        delisted=False,
+        registered_at=now,
+        last_seen_at=now,
+        region=None,
+    )
+    _apply_inventory(row, inventory)
+    session.add(row)
+    await session.flush()
+    _, node_key = await issue_key(session, Role.AGENT, now, provider_id=provider.id, node_id=row.id)
+    return row, node_key
+
+
+async def update_inventory(
+    session: AsyncSession, node_id: str, inventory: wire.NodeInventory, now: datetime
+) -> NodeRow:
+    row = await session.get(NodeRow, node_id)
+    if row is None:
+        raise NotFound(f"node {node_id} does not exist")
+    _apply_inventory(row, inventory)
+    row.last_seen_at = now
+    return row
+
+
+async def touch(session: AsyncSession, node_id: str, now: datetime) -> None:
+    await session.execute(update(NodeRow).where(NodeRow.id == node_id).values(last_seen_at=now))
+
+
+async def _running_counts(session: AsyncSession) -> dict[str, int]:
+    rows = await session.execute(
+        select(InvokeRow.node_id, func.count())
+        .where(InvokeRow.status.in_(ACTIVE_VALUES), InvokeRow.node_id.is_not(None))
+        .group_by(InvokeRow.node_id)
+    )
+    return {node_id: count for node_id, count in rows.all() if node_id}
+
+
+async def running_on(session: AsyncSession, node_id: str) -> int:
+    count = await session.scalar(
+        select(func.count()).where(
+            InvokeRow.node_id == node_id, InvokeRow.status.in_(ACTIVE_VALUES)
+        )
+    )
+    return int(count or 0)
+
+
+def _price(micro: int | None) -> str | None:
+    if micro is None:
+        return None
+    whole, frac = divmod(micro, MICRO)
+    return f"{whole}.{frac:06d}".rstrip("0").rstrip(".") if frac else str(whole)
+
+
+def to_wire(row: NodeRow, status: NodeStatus, running: int) -> Node:
+    return Node(
+        id=row.id,
+        status=status,
+        gpus=[
+            NodeGpu(
+                model=g.get("model", ""),
+                vram_mb=int(g.get("vram_mb", 0)),
+                driver_version=g.get("driver_version"),
+                cuda_version=g.get("cuda_version"),
+                benchmark_score=g.get("benchmark_score"),
+            )
+            for g in row.gpus
+        ],
+        runtimes=[RuntimeName(r) for r in row.runtimes if r in RuntimeName.__members__.values()],
+        region=row.region,
+        tier=Tier(row.tier),
+        cpu_count=row.cpu_count,
+        ram_mb=row.ram_mb,
+        price_per_gpu_hour=_price(row.price_per_gpu_hour_micro),
+        reliability_score=None,
+        running_jobs=running,
+        max_concurrent_jobs=row.max_concurrent_jobs,
+        last_seen_at=row.last_seen_at,
+    )
+
+
+async def list_nodes(
+    session: AsyncSession, now: datetime, settings: Settings, *, include_offline: bool = True
+) -> list[Node]:
+    rows = (await session.scalars(select(NodeRow).order_by(NodeRow.id))).all()
+    running = await _running_counts(session)
+    nodes = []
+    for row in rows:
+        count = running.get(row.id, 0)
+        status = node_status(row, now, count, settings.node_offline_after_sec)
+        if include_offline or status in (NodeStatus.ONLINE, NodeStatus.BUSY):
+            nodes.append(to_wire(row, status, count))
+    return nodes
+
+
+async def live_nodes(session: AsyncSession, now: datetime, settings: Settings) -> list[NodeRow]:
+    """Listed nodes heard from recently: online or busy."""
+    cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
+    query = select(NodeRow).where(NodeRow.last_seen_at >= cutoff, NodeRow.delisted.is_(False))
+    return list((await session.scalars(query)).all())
+
+
+async def count_online(session: AsyncSession, now: datetime, settings: Settings) -> int:
+    cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
+    count = await session.scalar(
+        select(func.count()).where(NodeRow.last_seen_at >= cutoff, NodeRow.delisted.is_(False))
+    )
+    return int(count or 0)
+
+
+async def runtime_availability(
+    session: AsyncSession, now: datetime, settings: Settings
+) -> list[RuntimeAvailability]:
+    nodes = await live_nodes(session, now, settings)
+    return [
+        RuntimeAvailability(
+            name=runtime,
+            kind=runtime.kind,
+            device=runtime.device,
+            nodes_online=sum(1 for n in nodes if runtime.value in n.runtimes),
+        )
+        for runtime in RuntimeName
+    ]
+
+
+async def any_node_serves(
+    session: AsyncSession, req: Requirements, now: datetime, settings: Settings
+) -> bool:
+    return any(serves(node, req) for node in await live_nodes(session, now, settings))

@@ -1,0 +1,95 @@
+"""Which nodes may run which job (SPEC §4.1): a pure function of node and requirements."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from gpu_share.coordinator.orm import InvokeRow, NodeRow
+from gpu_share.protocol.nodes import NodeStatus
+from gpu_share.protocol.runtimes import RuntimeName
+
+MICRO = 1_000_000
+
+
+@dataclass(frozen=True)
+class Requirements:
+    runtime: RuntimeName
+    gpus: int = 1
+    min_vram_mb: int | None = None
+    gpu_model: str | None = None
+    region: str | None = None
+    tier: str | None = None
+    max_price_micro: int | None = None
+
+    def describe(self) -> str:
+        parts = [f"runtime {self.runtime.value}"]
+        if self.runtime.needs_gpu and self.gpus > 1:
+            parts.append(f"{self.gpus} GPUs")
+        if self.gpu_model:
+            parts.append(f"gpu_model {self.gpu_model!r}")
+        if self.min_vram_mb:
+            parts.append(f"min_vram_gb {self.min_vram_mb * 1024**2 / 1000**3:.3g}")
+        if self.region:
+            parts.append(f"region {self.region!r}")
+        if self.tier:
+            parts.append(f"tier {self.tier}")
+        if self.max_price_micro is not None:
+            parts.append(f"max_price_per_gpu_hour {self.max_price_micro / MICRO:g}")
+        return ", ".join(parts)
+
+    def constraints(self) -> dict[str, Any]:
+        return {
+            "min_vram_mb": self.min_vram_mb,
+            "gpu_model": self.gpu_model,
+            "region": self.region,
+            "tier": self.tier,
+            "max_price_micro": self.max_price_micro,
+        }
+
+    @classmethod
+    def of(cls, invoke: InvokeRow) -> "Requirements":
+        c = invoke.constraints
+        return cls(
+            runtime=RuntimeName(invoke.runtime),
+            gpus=invoke.gpus,
+            min_vram_mb=c.get("min_vram_mb"),
+            gpu_model=c.get("gpu_model"),
+            region=c.get("region"),
+            tier=c.get("tier"),
+            max_price_micro=c.get("max_price_micro"),
+        )
+
+
+def matching_gpus(node: NodeRow, req: Requirements) -> int:
+    count = 0
+    for gpu in node.gpus:
+        if req.gpu_model and req.gpu_model.lower() not in str(gpu.get("model", "")).lower():
+            continue
+        if req.min_vram_mb and int(gpu.get("vram_mb", 0)) < req.min_vram_mb:
+            continue
+        count += 1
+    return count
+
+
+def serves(node: NodeRow, req: Requirements) -> bool:
+    """Whether the node could ever run the job, busy or not."""
+    if req.runtime.value not in node.runtimes:
+        return False
+    if req.runtime.needs_gpu and matching_gpus(node, req) < req.gpus:
+        return False
+    if req.region and (node.region or "").lower() != req.region.lower():
+        return False
+    if req.tier and node.tier != req.tier:
+        return False
+    price = node.price_per_gpu_hour_micro or 0
+    return req.max_price_micro is None or price <= req.max_price_micro
+
+
+def node_status(node: NodeRow, now: datetime, running: int, offline_after_sec: float) -> NodeStatus:
+    if node.delisted:
+        return NodeStatus.DELISTED
+    if node.last_seen_at is None or node.last_seen_at < now - timedelta(seconds=offline_after_sec):
+        return NodeStatus.OFFLINE
+    if running >= node.max_concurrent_jobs:
+        return NodeStatus.BUSY
+    return NodeStatus.ONLINE

@@ -1,0 +1,34 @@
+"""`probe-url`: reachability through the same SSRF-safe fetcher the agents use."""
+
+from gpu_share.coordinator.errors import ApiError
+from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.services import artifacts
+from gpu_share.coordinator.services.invokes import platform_artifact_id
+from gpu_share.netguard import ProbeResult
+from gpu_share.protocol.invokes import ProbeUrlResult
+
+
+async def probe(runtime: Runtime, tenant_id: str, url: str, *, origins: set[str]) -> ProbeUrlResult:
+    artifact_id = platform_artifact_id(url, origins)
+    if artifact_id is not None:
+        try:
+            async with runtime.db.read() as session:
+                download = await artifacts.open_download(
+                    session, artifact_id, runtime.clock.now(), tenant_id=tenant_id
+                )
+        except ApiError as exc:
+            return ProbeUrlResult(reachable=False, status_code=exc.status, error=exc.message)
+        return ProbeUrlResult(
+            reachable=True,
+            status_code=200,
+            content_length=download.artifact.size,
+            content_type="application/octet-stream",
+        )
+    result: ProbeResult = await runtime.fetcher.probe(url, timeout=10.0)
+    return ProbeUrlResult(
+        reachable=result.reachable,
+        status_code=result.status_code,
+        content_length=result.content_length,
+        content_type=result.content_type,
+        error=result.error,
+    )

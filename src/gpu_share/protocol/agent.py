@@ -1,0 +1,155 @@
+"""The agent ↔ coordinator contract (Bearer `gpu_ak_…` unless noted).
+
+    POST /v1/agent/register          (Bearer gpu_et_… enrollment token) → node id + node key
+    PUT  /v1/agent/inventory         GPUs, runtimes, capacity after a restart
+    POST /v1/agent/heartbeat         telemetry + running leases → lease verdicts
+    POST /v1/agent/lease             long-poll for work
+    POST /v1/agent/invokes/{id}/start
+    POST /v1/agent/invokes/{id}/logs
+    POST /v1/agent/invokes/{id}/outputs  (octet-stream) → platform-stored outputs
+    POST /v1/agent/invokes/{id}/result
+
+Every call about a leased invoke carries its `lease_token`; a stale token gets 409.
+"""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from gpu_share.protocol.invokes import InvokeError, Metrics, OutputsUpload
+from gpu_share.protocol.nodes import GpuInfo, Telemetry
+from gpu_share.protocol.runtimes import RuntimeName
+
+LEASE_TOKEN_HEADER = "X-Lease-Token"  # noqa: S105 (a header name)
+
+
+class NodeInventory(BaseModel):
+    hostname: str = Field(max_length=255)
+    agent_version: str = Field(max_length=50)
+    os: str | None = Field(default=None, max_length=200)
+    cpu_model: str | None = Field(default=None, max_length=200)
+    cpu_count: int = Field(ge=1, le=4096)
+    ram_mb: int = Field(ge=0)
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=64)
+    runtimes: list[RuntimeName] = Field(default_factory=list)
+    max_concurrent_jobs: int = Field(ge=1, le=256)
+    sandbox: str = Field(max_length=20, description="docker, bwrap or process")
+    region: str | None = Field(default=None, max_length=64)
+
+
+class Registration(BaseModel):
+    inventory: NodeInventory
+
+
+class RegistrationResult(BaseModel):
+    node_id: str
+    node_key: str = Field(description="gpu_ak_…; shown once, kept by the agent")
+    heartbeat_interval_sec: float
+    lease_ttl_sec: float
+
+
+class InventoryAck(BaseModel):
+    node_id: str
+    heartbeat_interval_sec: float
+    lease_ttl_sec: float
+
+
+class RunningLease(BaseModel):
+    invoke_id: str
+    lease_token: str
+
+
+class Heartbeat(BaseModel):
+    telemetry: Telemetry = Field(default_factory=Telemetry)
+    running: list[RunningLease] = Field(default_factory=list, max_length=256)
+
+
+class LeaseVerdict(StrEnum):
+    KEEP = "keep"  # lease extended; carry on
+    CANCEL = "cancel"  # the tenant canceled: stop the job, report `canceled`
+    DROP = "drop"  # the lease is no longer yours (requeued or finished): stop, report nothing
+
+
+class LeaseStatus(BaseModel):
+    invoke_id: str
+    verdict: LeaseVerdict
+    lease_expires_at: datetime | None = None
+
+
+class HeartbeatAck(BaseModel):
+    leases: list[LeaseStatus]
+    heartbeat_interval_sec: float
+
+
+class LeaseRequest(BaseModel):
+    slots: int = Field(ge=1, le=256, description="How many jobs the agent can start now")
+    free_gpus: int = Field(ge=0, le=64)
+    wait_sec: float = Field(default=25.0, ge=0, le=60, description="Long-poll for this long")
+
+
+class ArtifactRef(BaseModel):
+    """Where the agent fetches one input of a job."""
+
+    url: str = Field(description="The URL to fetch")
+    platform: bool = Field(description="A platform artifact: fetch from the coordinator")
+    sha256: str | None = Field(description="Checksum to verify after download, when known")
+    size: int | None = None
+
+
+class LeasedJob(BaseModel):
+    invoke_id: str
+    lease_token: str
+    lease_expires_at: datetime
+    attempt: int
+    runtime: RuntimeName
+    model: ArtifactRef
+    inputs: ArtifactRef | None
+    timeout_sec: int
+    gpus: int
+    outputs_upload: OutputsUpload | None
+    inline_limit_bytes: int
+    checkpoint: ArtifactRef | None = Field(
+        default=None, description="A snapshot to resume from (training runtimes)"
+    )
+
+
+class LeaseResponse(BaseModel):
+    jobs: list[LeasedJob]
+
+
+class StartReport(BaseModel):
+    lease_token: str
+
+
+class LogAppend(BaseModel):
+    lease_token: str
+    text: str = Field(max_length=256 * 1024)
+
+
+class LogAck(BaseModel):
+    verdict: LeaseVerdict
+
+
+class ReportedOutputs(BaseModel):
+    format: str = Field(max_length=20)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    inline_base64: str | None = Field(default=None, description="When under the inline limit")
+    url: str | None = Field(
+        default=None, description="Where the outputs went: outputs_upload or platform storage"
+    )
+
+
+class ResultReport(BaseModel):
+    lease_token: str
+    status: Literal["done", "failed", "timeout", "canceled"]
+    outputs: ReportedOutputs | None = None
+    metrics: Metrics | None = None
+    error: InvokeError | None = None
+
+
+class OutputsStored(BaseModel):
+    artifact_id: str
+    url: str

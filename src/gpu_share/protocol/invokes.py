@@ -1,0 +1,174 @@
+"""Invokes: one job on one node (SPEC §1.5)."""
+
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import AnyHttpUrl, BaseModel, Field, field_validator
+
+from gpu_share.protocol.common import Sha256Hex
+from gpu_share.protocol.nodes import Tier
+from gpu_share.protocol.runtimes import RuntimeName
+
+MAX_URL_LENGTH = 4096
+
+
+class InvokeStatus(StrEnum):
+    QUEUED = "queued"
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    TIMEOUT = "timeout"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset(
+    {InvokeStatus.DONE, InvokeStatus.FAILED, InvokeStatus.CANCELED, InvokeStatus.TIMEOUT}
+)
+ACTIVE = frozenset({InvokeStatus.ASSIGNED, InvokeStatus.RUNNING})
+
+
+class Priority(StrEnum):
+    ON_DEMAND = "on_demand"
+    SPOT = "spot"
+
+
+def _http_url(value: str) -> str:
+    if len(value) > MAX_URL_LENGTH:
+        raise ValueError(f"must be at most {MAX_URL_LENGTH} characters")
+    url = AnyHttpUrl(value)  # raises on anything but a well-formed http(s) URL
+    if url.username or url.password:
+        raise ValueError("must not carry credentials; use a presigned URL instead")
+    return value
+
+
+class OutputsUpload(BaseModel):
+    """Where the agent PUTs the outputs: a presigned URL of the tenant's own storage."""
+
+    url: str
+    method: Literal["PUT"] = "PUT"
+    headers: dict[str, str] = Field(default_factory=dict, max_length=32)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _http_url(value)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, header in value.items():
+            if not name or any(c in name for c in ":\r\n ") or any(c in header for c in "\r\n"):
+                raise ValueError(f"header {name!r} is not a valid HTTP header")
+            if name.lower() in {"host", "content-length", "transfer-encoding", "connection"}:
+                raise ValueError(f"header {name!r} is set by the agent")
+        return value
+
+
+class InvokeCreate(BaseModel):
+    """The body of `POST /v1/gpu/invoke`; the seed's Hello World body is valid as is."""
+
+    model_config = {"extra": "forbid"}
+
+    runtime: RuntimeName
+    model_url: str = Field(
+        description="http(s) URL of the .onnx model or the CatBoost train config"
+    )
+    inputs_url: str | None = Field(
+        default="", description='http(s) URL of the inputs NPZ; "" for one zero-filled batch'
+    )
+    timeout_sec: int = Field(default=600, ge=1, description="Kill the job after this long")
+    model_checksum_sha256: Sha256Hex | None = None
+    inputs_checksum_sha256: Sha256Hex | None = None
+    outputs_upload: OutputsUpload | None = None
+    priority: Priority = Priority.ON_DEMAND
+    max_price_per_gpu_hour: Decimal | None = Field(
+        default=None, ge=0, max_digits=12, decimal_places=6
+    )
+    min_vram_gb: float | None = Field(default=None, gt=0, le=4096)
+    gpu_model: str | None = Field(default=None, min_length=1, max_length=100)
+    gpus: int = Field(default=1, ge=1, le=16)
+    region: str | None = Field(default=None, min_length=1, max_length=64)
+    tier: Tier | None = None
+    webhook_url: str | None = None
+
+    @field_validator("model_url")
+    @classmethod
+    def _model_url(cls, value: str) -> str:
+        return _http_url(value)
+
+    @field_validator("inputs_url")
+    @classmethod
+    def _inputs_url(cls, value: str | None) -> str | None:
+        return _http_url(value) if value else ""
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: str | None) -> str | None:
+        return _http_url(value) if value else None
+
+
+class Metrics(BaseModel):
+    device: Literal["cuda", "cpu"] = Field(description="What really ran the job")
+    execution_provider: str | None = None
+    gpu_model: str | None = None
+    duration_ms: int = Field(description="From start on the node to result")
+    compute_ms: int | None = Field(default=None, description="Inside the runtime, without loading")
+    queue_ms: int | None = Field(default=None, description="From submission to start on a node")
+    download_ms: int | None = None
+    peak_rss_bytes: int | None = None
+    peak_gpu_memory_bytes: int | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class InvokeResult(BaseModel):
+    outputs_inline_base64: str | None = None
+    outputs_url: str | None = None
+    outputs_format: str | None = Field(default=None, description="npz, json, …")
+    outputs_size: int | None = None
+    outputs_sha256: str | None = None
+    metrics: Metrics
+
+
+class InvokeError(BaseModel):
+    code: str
+    message: str
+
+
+class Invoke(BaseModel):
+    id: str
+    status: InvokeStatus
+    runtime: RuntimeName
+    model_url: str
+    inputs_url: str
+    timeout_sec: int
+    priority: Priority
+    node_id: str | None
+    attempts: int
+    created_at: datetime
+    assigned_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested_at: datetime | None = None
+    result: InvokeResult | None
+    error: InvokeError | None
+    cost: None = Field(default=None, description="Set once billing is enabled")
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ProbeUrlRequest(BaseModel):
+    url: str = Field(max_length=MAX_URL_LENGTH)
+
+
+class ProbeUrlResult(BaseModel):
+    reachable: bool
+    status_code: int | None = None
+    content_length: int | None = None
+    content_type: str | None = None
+    error: str | None = None

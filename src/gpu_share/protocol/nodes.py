@@ -1,0 +1,88 @@
+"""Nodes and their GPUs as tenants see them, and what agents report about them."""
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from gpu_share.protocol.runtimes import RuntimeName
+
+
+class NodeStatus(StrEnum):
+    ONLINE = "online"
+    OFFLINE = "offline"
+    BUSY = "busy"
+    DELISTED = "delisted"
+
+
+class Tier(StrEnum):
+    ENTERPRISE = "enterprise"
+    COMMUNITY = "community"
+
+
+class GpuInfo(BaseModel):
+    """One GPU as NVML describes it."""
+
+    index: int = Field(ge=0)
+    uuid: str = Field(max_length=100)
+    model: str = Field(max_length=200)
+    vram_mb: int = Field(ge=0)
+    driver_version: str | None = Field(default=None, max_length=50)
+    cuda_version: str | None = Field(default=None, max_length=20)
+    pci_bus_id: str | None = Field(default=None, max_length=50)
+    compute_capability: str | None = Field(default=None, max_length=10)
+
+
+class GpuTelemetry(BaseModel):
+    index: int = Field(ge=0)
+    utilization_pct: float | None = None
+    memory_used_mb: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+
+
+class Telemetry(BaseModel):
+    cpu_pct: float | None = None
+    ram_used_mb: int | None = None
+    gpus: list[GpuTelemetry] = Field(default_factory=list, max_length=64)
+
+
+class NodeGpu(BaseModel):
+    model: str
+    vram_mb: int
+    driver_version: str | None
+    cuda_version: str | None
+    benchmark_score: float | None = Field(
+        default=None, description="Fraction of the model's reference figures; set by benchmarks"
+    )
+
+
+class Node(BaseModel):
+    """A node as tenants see it (`GET /v1/nodes`)."""
+
+    id: str
+    status: NodeStatus
+    gpus: list[NodeGpu]
+    runtimes: list[RuntimeName]
+    region: str | None
+    tier: Tier
+    cpu_count: int | None
+    ram_mb: int | None
+    price_per_gpu_hour: str | None = Field(
+        description="USDC per GPU-hour as a decimal string; null while the provider has set none"
+    )
+    reliability_score: float | None = Field(
+        description="0..1; null until the node has a history to score"
+    )
+    running_jobs: int
+    max_concurrent_jobs: int
+    last_seen_at: datetime | None
+
+
+class RuntimeAvailability(BaseModel):
+    name: RuntimeName
+    kind: str = Field(description="inference or train")
+    device: str = Field(description="cuda or cpu")
+    nodes_online: int

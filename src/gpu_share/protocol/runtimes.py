@@ -1,0 +1,22 @@
+"""The runtimes a job can ask for (SPEC §1.2, §1.6)."""
+
+from enum import StrEnum
+
+
+class RuntimeName(StrEnum):
+    ONNX_CUDA = "onnx_cuda"
+    ONNX_CPU = "onnx_cpu"
+    CATBOOST_CUDA = "catboost_cuda"
+    CATBOOST_CPU = "catboost_cpu"
+
+    @property
+    def kind(self) -> str:
+        return "train" if self.value.startswith("catboost") else "inference"
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.value.endswith("_cuda") else "cpu"
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.device == "cuda"

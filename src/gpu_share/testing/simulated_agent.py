@@ -1,0 +1,143 @@
+"""A simulated agent that speaks the real agent protocol over HTTP (ASGI or a socket).
+
+It stands in for the parts that cannot exist in a test (a GPU, a real job's runtime):
+it registers with a made-up inventory, leases, starts and reports results through
+the same `CoordinatorClient` the real agent uses.
+"""
+
+import asyncio
+import base64
+import hashlib
+import io
+from collections.abc import Awaitable, Callable
+
+import httpx
+
+from gpu_share.agent.client import CoordinatorClient, StaleLease
+from gpu_share.protocol import agent as wire
+from gpu_share.protocol.invokes import Metrics
+from gpu_share.protocol.nodes import GpuInfo
+from gpu_share.protocol.runtimes import RuntimeName
+
+H100 = GpuInfo(
+    index=0,
+    uuid="GPU-00000000-0000-0000-0000-000000000001",
+    model="NVIDIA H100 80GB HBM3",
+    vram_mb=81559,
+    driver_version="550.54.15",
+    cuda_version="12.4",
+    pci_bus_id="00000000:01:00.0",
+    compute_capability="9.0",
+)
+
+
+def inventory(
+    *,
+    runtimes: list[RuntimeName] | None = None,
+    gpus: list[GpuInfo] | None = None,
+    slots: int = 1,
+    region: str | None = None,
+    hostname: str = "sim-node",
+) -> wire.NodeInventory:
+    return wire.NodeInventory(
+        hostname=hostname,
+        agent_version="sim",
+        cpu_count=4,
+        ram_mb=16384,
+        gpus=gpus or [],
+        runtimes=runtimes or [RuntimeName.ONNX_CPU],
+        max_concurrent_jobs=slots,
+        sandbox="process",
+        region=region,
+    )
+
+
+def npz_bytes(**arrays: object) -> bytes:
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def done_report(
+    job: wire.LeasedJob, outputs: bytes = b"", device: str = "cpu"
+) -> wire.ResultReport:
+    return wire.ResultReport(
+        lease_token=job.lease_token,
+        status="done",
+        outputs=wire.ReportedOutputs(
+            format="npz",
+            size=len(outputs),
+            sha256=hashlib.sha256(outputs).hexdigest(),
+            inline_base64=base64.b64encode(outputs).decode(),
+        ),
+        metrics=Metrics.model_validate({"device": device, "duration_ms": 1}),
+    )
+
+
+Behaviour = Callable[[wire.LeasedJob], Awaitable[wire.ResultReport]]
+
+
+class SimulatedAgent:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        node_inventory: wire.NodeInventory | None = None,
+    ) -> None:
+        self.client = CoordinatorClient(base_url, transport=transport)
+        self.inventory = node_inventory or inventory()
+        self.node_id: str | None = None
+        self.leased: list[str] = []
+        self.reported: list[str] = []
+
+    async def register(self, enrollment_token: str) -> str:
+        result = await self.client.register(enrollment_token, self.inventory)
+        self.client.key = result.node_key
+        self.node_id = result.node_id
+        return result.node_id
+
+    async def heartbeat(self, running: list[wire.LeasedJob] = ()) -> wire.HeartbeatAck:  # type: ignore[assignment]
+        return await self.client.heartbeat(
+            wire.Heartbeat(
+                running=[
+                    wire.RunningLease(invoke_id=j.invoke_id, lease_token=j.lease_token)
+                    for j in running
+                ]
+            )
+        )
+
+    async def lease(
+        self, slots: int = 1, wait: float = 0.0, free_gpus: int = 8
+    ) -> list[wire.LeasedJob]:
+        response = await self.client.lease(
+            wire.LeaseRequest(slots=slots, free_gpus=free_gpus, wait_sec=wait)
+        )
+        self.leased.extend(job.invoke_id for job in response.jobs)
+        return response.jobs
+
+    async def complete(self, job: wire.LeasedJob, outputs: bytes = b"sim-outputs") -> None:
+        await self.client.start(job.invoke_id, job.lease_token)
+        await self.client.report(job.invoke_id, done_report(job, outputs), retry_for=0)
+        self.reported.append(job.invoke_id)
+
+    async def serve(self, stop: asyncio.Event, behaviour: Behaviour | None = None) -> None:
+        """Lease and complete jobs until `stop`; stale leases are dropped like the real agent."""
+        while not stop.is_set():
+            jobs = await self.lease(slots=self.inventory.max_concurrent_jobs, wait=0.5)
+            for job in jobs:
+                try:
+                    await self.client.start(job.invoke_id, job.lease_token)
+                    report = await behaviour(job) if behaviour else done_report(job)
+                    await self.client.report(job.invoke_id, report, retry_for=0)
+                    self.reported.append(job.invoke_id)
+                except StaleLease:
+                    continue
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+AgentFactory = Callable[..., Awaitable[SimulatedAgent]]
