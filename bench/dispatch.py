@@ -100,13 +100,13 @@ async def bare_skip_locked(dsn: str, jobs: int, workers: int) -> float:
 
 
 async def ours_throughput(base: str, token: str, tenant: dict[str, str], jobs: int, workers: int) -> float:
+    agents = [SimulatedAgent(base) for _ in range(workers)]
+    for agent in agents:
+        await agent.register(token)
     async with httpx.AsyncClient(base_url=base, headers=tenant, timeout=30) as http:
         for _ in range(jobs):
             response = await http.post("/v1/gpu/invoke", json=CPU_BODY)
             assert response.status_code == 202, response.text
-    agents = [SimulatedAgent(base) for _ in range(workers)]
-    for agent in agents:
-        await agent.register(token)
 
     async def drain(agent: SimulatedAgent) -> None:
         while jobs_left := await agent.lease(slots=1, wait=0):

@@ -203,9 +203,10 @@ async def create(
                 else ResolvedUrl(None, None)
             )
             if not await nodes.any_node_serves(session, req, now, settings):
+                alternative = ", or try a *_cpu runtime" if req.runtime.needs_gpu else ""
                 raise Unavailable(
                     f"no online node serves {req.describe()}; wait for a provider to come "
-                    "online, relax the constraints, or try a *_cpu runtime",
+                    f"online or relax the constraints{alternative}",
                     code=ErrorCode.NO_CAPACITY,
                     headers={"Retry-After": "30"},
                 )

@@ -68,16 +68,34 @@ async def claim(
     free = min(request.slots, node.max_concurrent_jobs - await nodes.running_on(session, node_id))
     if free <= 0:
         return []
-    priority_rank = case((InvokeRow.priority == "on_demand", 0), else_=1)
+    queued = InvokeRow.status == InvokeStatus.QUEUED.value
+    order = (
+        case((InvokeRow.priority == "on_demand", 0), else_=1),
+        InvokeRow.created_at,
+        InvokeRow.id,
+    )
+    # Look without locking, then lock only what this node can take: locking every
+    # candidate would write a row lock on each and make other agents skip them.
+    peek = await session.execute(
+        select(InvokeRow.id, InvokeRow.runtime, InvokeRow.gpus, InvokeRow.constraints)
+        .where(queued, InvokeRow.runtime.in_(node.runtimes))
+        .order_by(*order)
+        .limit(CANDIDATES)
+    )
+    eligible = [
+        invoke_id
+        for invoke_id, runtime, gpus, constraints in peek.all()
+        if gpus <= request.free_gpus
+        and serves(node, Requirements.from_parts(runtime, gpus, constraints))
+    ]
+    if not eligible:
+        return []
     candidates = (
         await session.scalars(
             select(InvokeRow)
-            .where(
-                InvokeRow.status == InvokeStatus.QUEUED.value,
-                InvokeRow.runtime.in_(node.runtimes),
-            )
-            .order_by(priority_rank, InvokeRow.created_at, InvokeRow.id)
-            .limit(CANDIDATES)
+            .where(queued, InvokeRow.id.in_(eligible[: free * 4]))
+            .order_by(*order)
+            .limit(free)
             .with_for_update(skip_locked=True)
         )
     ).all()

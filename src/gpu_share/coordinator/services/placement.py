@@ -48,10 +48,13 @@ class Requirements:
 
     @classmethod
     def of(cls, invoke: InvokeRow) -> "Requirements":
-        c = invoke.constraints
+        return cls.from_parts(invoke.runtime, invoke.gpus, invoke.constraints)
+
+    @classmethod
+    def from_parts(cls, runtime: str, gpus: int, c: dict[str, Any]) -> "Requirements":
         return cls(
-            runtime=RuntimeName(invoke.runtime),
-            gpus=invoke.gpus,
+            runtime=RuntimeName(runtime),
+            gpus=gpus,
             min_vram_mb=c.get("min_vram_mb"),
             gpu_model=c.get("gpu_model"),
             region=c.get("region"),
