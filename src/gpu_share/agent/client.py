@@ -197,6 +197,23 @@ class CoordinatorClient:
         self, invoke_id: str, lease_token: str, path: Path, sha256: str
     ) -> wire.OutputsStored:
         """Stream a large result to platform storage; the coordinator re-checks the hash."""
+        response = await self._stream_file(
+            f"/v1/agent/invokes/{invoke_id}/outputs", lease_token, path, sha256
+        )
+        return wire.OutputsStored.model_validate(response.json())
+
+    async def store_checkpoint(
+        self, invoke_id: str, lease_token: str, path: Path, sha256: str
+    ) -> wire.CheckpointStored:
+        response = await self._stream_file(
+            f"/v1/agent/invokes/{invoke_id}/checkpoint", lease_token, path, sha256
+        )
+        return wire.CheckpointStored.model_validate(response.json())
+
+    async def _stream_file(
+        self, endpoint: str, lease_token: str, path: Path, sha256: str
+    ) -> httpx.Response:
+        """POST a file as the body, re-sent from the start after transient failures."""
 
         async def body() -> AsyncIterator[bytes]:
             with path.open("rb") as f:
@@ -208,9 +225,9 @@ class CoordinatorClient:
         delay = 0.5
         while True:
             try:
-                response = await self._request(
+                return await self._request(
                     "POST",
-                    f"/v1/agent/invokes/{invoke_id}/outputs",
+                    endpoint,
                     content=body(),
                     params={"content_sha256": sha256},
                     headers={
@@ -219,7 +236,6 @@ class CoordinatorClient:
                     },
                     timeout=600.0,
                 )
-                return wire.OutputsStored.model_validate(response.json())
             except Exception as exc:
                 if not _transient(exc) or loop.time() + delay > deadline:
                     raise

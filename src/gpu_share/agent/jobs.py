@@ -19,11 +19,13 @@ from pathlib import Path
 import httpx
 
 from gpu_share.agent.cache import ArtifactCache, CachedFile, Fetched
+from gpu_share.agent.checkpoints import SNAPSHOT_PATH, CheckpointKeeper
 from gpu_share.agent.client import CoordinatorClient, CoordinatorError, StaleLease
 from gpu_share.agent.failures import JobFailed
 from gpu_share.agent.gpu import Gpu, Nvml
+from gpu_share.agent.jobfiles import UnsafeJobFile, copy_out, read_small
 from gpu_share.agent.logstream import LogStream
-from gpu_share.agent.runtimes.jobspec import RUNTIME_MODULES, JobSpec, read_result
+from gpu_share.agent.runtimes.jobspec import RUNTIME_MODULES, JobSpec, RuntimeResult
 from gpu_share.agent.sandbox import Sandbox, SandboxedProcess, SandboxSpec
 from gpu_share.agent.settings import AgentSettings
 from gpu_share.netguard import FetchError, SafeFetcher
@@ -33,6 +35,7 @@ from gpu_share.protocol.invokes import InvokeError, Metrics
 
 log = logging.getLogger(__name__)
 
+RESULT_PATH = "out/result.json"
 REPORT_RETRY_SEC = 3600.0  # keep trying to report through a coordinator outage
 KILL_GRACE_SEC = 5.0
 
@@ -79,6 +82,8 @@ class Job:
             canceled=self.outcome.canceled,
             dropped=self.outcome.dropped,
         )
+        self.staging = ctx.settings.jobs_dir / f"{lease.invoke_id}-{lease.attempt}.staging"
+        self.checkpoints: CheckpointKeeper | None = None
         self._pinned: list[str] = []
         self._peak_gpu_bytes: int | None = None
 
@@ -109,6 +114,7 @@ class Job:
             await self.logs.close()
             for sha in self._pinned:
                 self.ctx.cache.unpin(sha)
+            await asyncio.to_thread(shutil.rmtree, self.staging, True)
             if not self.ctx.settings.keep_job_dirs:
                 await asyncio.to_thread(shutil.rmtree, self.dir, True)
         if report is None or self.outcome.dropped.is_set():
@@ -152,6 +158,7 @@ class Job:
         lease = self.lease
         (self.dir / "in").mkdir(parents=True, exist_ok=True)
         (self.dir / "out").mkdir(exist_ok=True)
+        self.staging.mkdir(mode=0o700, exist_ok=True)
         self.logs.line(
             f"invoke {self.invoke_id} attempt {lease.attempt}: {lease.runtime.value} "
             f"in the {self.ctx.sandbox.name} sandbox"
@@ -163,12 +170,31 @@ class Job:
             inputs["inputs"] = await self._fetch("inputs", lease.inputs)
         download_ms = int((time.monotonic() - fetch_started) * 1000)
 
+        options: dict[str, object] = {}
+        if lease.runtime.kind == "train":
+            (self.dir / "checkpoint").mkdir(exist_ok=True)
+            self.checkpoints = CheckpointKeeper(
+                self.ctx.client,
+                lease,
+                self.dir,
+                self.staging,
+                self.logs,
+                interval_sec=self.ctx.settings.checkpoint_interval_sec,
+                max_bytes=self.ctx.settings.max_download_bytes,
+            )
+            options = {
+                "snapshot_path": SNAPSHOT_PATH,
+                "snapshot_interval_sec": self.ctx.settings.checkpoint_interval_sec,
+            }
+            if (restored := await self.checkpoints.restore()) is not None:
+                options["resume_from"] = restored
         spec = JobSpec(
             runtime=lease.runtime,
             model="in/model",
             inputs="in/inputs" if lease.inputs is not None else None,
             outputs_dir="out",
             threads=self.ctx.threads,
+            options=options,
         )
         (self.dir / "spec.json").write_text(spec.model_dump_json())
         exit_code, stopped = await self._run_sandboxed(
@@ -200,10 +226,7 @@ class Job:
                 ),
                 metrics=self._metrics({}, started, download_ms),
             )
-        result_path = self.dir / "out" / "result.json"
-        if result_path.is_symlink():  # the job wrote it; never follow it out of the job folder
-            raise JobFailed(ErrorCode.RUNTIME_ERROR, "the runtime's result.json is a symlink")
-        result = read_result(result_path)
+        result = self._read_result()
         if result is None:
             raise JobFailed(
                 ErrorCode.OUT_OF_MEMORY if exit_code in (-9, 137) else ErrorCode.RUNTIME_ERROR,
@@ -223,11 +246,13 @@ class Job:
                 metrics=metrics,
             )
         assert result.outputs is not None
-        outputs_path = (self.dir / result.outputs).resolve()
-        if not outputs_path.is_relative_to(self.dir.resolve()) or not outputs_path.is_file():
+        outputs_path = self.staging / "outputs"
+        try:
+            await asyncio.to_thread(copy_out, self.dir, result.outputs, outputs_path)
+        except (OSError, UnsafeJobFile) as exc:
             raise JobFailed(
-                ErrorCode.RUNTIME_ERROR, "the runtime reported outputs it did not write"
-            )
+                ErrorCode.RUNTIME_ERROR, f"the runtime's outputs could not be read: {exc}"
+            ) from exc
         outputs, error = await self._deliver(outputs_path, result.outputs_format or "npz")
         return wire.ResultReport(
             lease_token=lease.lease_token,
@@ -236,6 +261,13 @@ class Job:
             metrics=metrics,
             error=error,
         )
+
+    def _read_result(self) -> RuntimeResult | None:
+        """result.json, read without following anything the job may have planted."""
+        try:
+            return RuntimeResult.model_validate_json(read_small(self.dir, RESULT_PATH))
+        except (OSError, UnsafeJobFile, ValueError):
+            return None
 
     async def _fetch(self, name: str, ref: wire.ArtifactRef) -> CachedFile:
         settings = self.ctx.settings
@@ -296,6 +328,9 @@ class Job:
         process = await self.ctx.sandbox.start(spec)
         pump = asyncio.create_task(self._pump(process))
         sampler = asyncio.create_task(self._sample_gpu_memory(process)) if self.gpus else None
+        watcher = (
+            asyncio.create_task(self.checkpoints.watch()) if self.checkpoints is not None else None
+        )
         remaining = self.lease.timeout_sec - (time.monotonic() - started)
         waiters = {
             asyncio.create_task(process.wait()): None,
@@ -317,6 +352,10 @@ class Job:
                 task.cancel()
             if sampler is not None:
                 sampler.cancel()
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(pump, 5)
         return exit_code, stopped

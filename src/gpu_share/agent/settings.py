@@ -34,6 +34,9 @@ class AgentSettings(BaseSettings):
     )
     job_threads: int | None = Field(default=None, ge=1, description="Threads per CPU job")
     keep_job_dirs: bool = False
+    checkpoint_interval_sec: float = Field(
+        default=60.0, gt=0, description="Training snapshots: how often to write and upload"
+    )
     drain_timeout_sec: float = Field(
         default=30.0, ge=0, description="On stop, how long running jobs may finish"
     )

@@ -8,8 +8,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from gpu_share.coordinator.api.deps import get_runtime
 from gpu_share.coordinator.errors import Forbidden, Unauthorized
-from gpu_share.coordinator.runtime import Runtime, get_runtime
+from gpu_share.coordinator.runtime import Runtime
 from gpu_share.coordinator.services.accounts import Principal, authenticate
 from gpu_share.protocol.accounts import Role
 

@@ -224,6 +224,7 @@ class InvokeRow(Base):
     cancel_requested_at: Mapped[datetime | None]
 
     result: Mapped[dict[str, Any] | None]
+    checkpoint_artifact_id: Mapped[str | None] = mapped_column(String(40))
     log_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     error_code: Mapped[str | None] = mapped_column(String(40))
     error_message: Mapped[str | None] = mapped_column(Text)

@@ -1,11 +1,10 @@
 """What a running coordinator holds: settings, database, store, clock, notifier, signer.
 
-Built once by the app's lifespan and reached from routers through `get_runtime`.
+Built once by the app's lifespan; routers reach it through `api.deps.RuntimeDep`,
+background loops and services get it passed in. No web framework here.
 """
 
 from dataclasses import dataclass
-
-from fastapi import Request
 
 from gpu_share.coordinator.clock import Clock
 from gpu_share.coordinator.db import Database
@@ -25,12 +24,3 @@ class Runtime:
     notifier: Notifier
     signer: UrlSigner
     fetcher: SafeFetcher
-
-    def base_url(self, request: Request) -> str:
-        """The public URL to put into links: configured, else what this request came in on."""
-        return self.settings.public_base_url or str(request.base_url).rstrip("/")
-
-
-def get_runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime

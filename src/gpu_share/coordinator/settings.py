@@ -83,4 +83,5 @@ class Settings(BaseSettings):
             "config": self.max_config_bytes,
             "inputs": self.max_inputs_bytes,
             "outputs": self.max_output_bytes,
+            "checkpoint": self.max_output_bytes,
         }[kind]

@@ -7,6 +7,7 @@
     POST /v1/agent/invokes/{id}/start
     POST /v1/agent/invokes/{id}/logs
     POST /v1/agent/invokes/{id}/outputs  (octet-stream) → platform-stored outputs
+    POST /v1/agent/invokes/{id}/checkpoint  (octet-stream) → the snapshot to resume from
     POST /v1/agent/invokes/{id}/result
 
 Every call about a leased invoke carries its `lease_token`; a stale token gets 409.
@@ -153,3 +154,8 @@ class ResultReport(BaseModel):
 class OutputsStored(BaseModel):
     artifact_id: str
     url: str
+
+
+class CheckpointStored(BaseModel):
+    artifact_id: str
+    size: int

@@ -11,6 +11,7 @@ class ArtifactKind(StrEnum):
     INPUTS = "inputs"
     CONFIG = "config"
     OUTPUTS = "outputs"  # written by the platform for an invoke's large result
+    CHECKPOINT = "checkpoint"  # a training snapshot, so a requeued job resumes
 
 
 UPLOADABLE_KINDS = (ArtifactKind.MODEL, ArtifactKind.INPUTS, ArtifactKind.CONFIG)

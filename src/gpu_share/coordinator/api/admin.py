@@ -1,18 +1,15 @@
 """Admin: tenants, keys and tenant applications (SPEC §1.1)."""
 
-from typing import Annotated
+from fastapi import APIRouter
 
-from fastapi import APIRouter, Depends
-
+from gpu_share.coordinator.api.deps import RuntimeDep
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.auth import AdminPrincipal
-from gpu_share.coordinator.runtime import Runtime, get_runtime
 from gpu_share.coordinator.services import accounts, providers
 from gpu_share.protocol import accounts as wire
 from gpu_share.protocol.providers import Provider, ProviderCreate, ProviderWithCredentials
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
 @router.post(

@@ -3,19 +3,19 @@
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Header, Request
 
+from gpu_share.coordinator.api.deps import RuntimeDep, base_url
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.auth import AgentPrincipal, bearer_key
-from gpu_share.coordinator.runtime import Runtime, get_runtime
-from gpu_share.coordinator.services import artifacts, leases, nodes, providers
+from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.services import job_files, leases, nodes, providers
 from gpu_share.coordinator.services.accounts import Principal
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.artifacts import ArtifactKind
 from gpu_share.protocol.common import Sha256Hex
 
 router = APIRouter(prefix="/v1/agent", tags=["agent"])
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
 def _node_id(principal: Principal) -> str:
@@ -80,7 +80,7 @@ async def lease(
     ctx = leases.LeaseContext(
         settings=runtime.settings,
         signer=runtime.signer,
-        base_url=runtime.base_url(request),
+        base_url=base_url(runtime, request),
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(body.wait_sec, runtime.settings.max_lease_wait_sec)
@@ -117,48 +117,72 @@ async def append_logs(
     return wire.LogAck(verdict=verdict)
 
 
+_BINARY_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+LeaseToken = Annotated[str, Header(alias=wire.LEASE_TOKEN_HEADER, max_length=64)]
+
+
 @router.post(
     "/invokes/{invoke_id}/outputs",
     status_code=201,
     response_model=wire.OutputsStored,
     responses=errors(*AUTH, 409, 413, 422),
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
-            },
-        }
-    },
+    openapi_extra=_BINARY_BODY,
 )
 async def store_outputs(
     invoke_id: str,
     request: Request,
     principal: AgentPrincipal,
     runtime: RuntimeDep,
-    lease_token: Annotated[str, Header(alias=wire.LEASE_TOKEN_HEADER, max_length=64)],
+    lease_token: LeaseToken,
     content_sha256: Sha256Hex | None = None,
 ) -> wire.OutputsStored:
     """Outputs over the inline limit, stored as an artifact of the invoke's tenant."""
-    async with runtime.db.read() as session:
-        row = await leases.leased_invoke(session, _node_id(principal), invoke_id, lease_token)
-    base_url = runtime.settings.public_base_url or str(request.base_url).rstrip("/")
-    stored = await artifacts.upload(
-        runtime.db,
-        runtime.store,
-        runtime.settings,
-        artifacts.UploadRequest(
-            tenant_id=row.tenant_id,
-            kind=ArtifactKind.OUTPUTS,
-            content_sha256=content_sha256,
-            declared_length=None,
-            enforce_quota=False,
-        ),
-        request.stream(),
-        runtime.clock.now(),
-        base_url,
+    stored, _ = await job_files.store(
+        runtime,
+        node_id=_node_id(principal),
+        invoke_id=invoke_id,
+        lease_token=lease_token,
+        kind=ArtifactKind.OUTPUTS,
+        chunks=request.stream(),
+        content_sha256=content_sha256,
+        now=runtime.clock.now(),
+        base_url=base_url(runtime, request),
     )
     return wire.OutputsStored(artifact_id=stored.id, url=stored.url)
+
+
+@router.post(
+    "/invokes/{invoke_id}/checkpoint",
+    status_code=201,
+    response_model=wire.CheckpointStored,
+    responses=errors(*AUTH, 409, 413, 422),
+    openapi_extra=_BINARY_BODY,
+)
+async def store_checkpoint(
+    invoke_id: str,
+    request: Request,
+    principal: AgentPrincipal,
+    runtime: RuntimeDep,
+    lease_token: LeaseToken,
+    content_sha256: Sha256Hex | None = None,
+) -> wire.CheckpointStored:
+    """A training snapshot; a requeued attempt of this invoke is leased with the newest one."""
+    stored = await job_files.store_checkpoint(
+        runtime,
+        node_id=_node_id(principal),
+        invoke_id=invoke_id,
+        lease_token=lease_token,
+        chunks=request.stream(),
+        content_sha256=content_sha256,
+        now=runtime.clock.now(),
+        base_url=base_url(runtime, request),
+    )
+    return wire.CheckpointStored(artifact_id=stored.id, size=stored.size)
 
 
 @router.post("/invokes/{invoke_id}/result", status_code=204, responses=errors(*AUTH, 404, 409, 422))

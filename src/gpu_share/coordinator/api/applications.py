@@ -4,8 +4,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
+from gpu_share.coordinator.api.deps import get_runtime
 from gpu_share.coordinator.api.responses import errors
-from gpu_share.coordinator.runtime import Runtime, get_runtime
+from gpu_share.coordinator.runtime import Runtime
 from gpu_share.coordinator.services import accounts
 from gpu_share.protocol import accounts as wire
 

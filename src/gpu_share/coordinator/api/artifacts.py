@@ -5,21 +5,21 @@ from collections.abc import AsyncIterator
 from enum import StrEnum
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
+from gpu_share.coordinator.api.deps import RuntimeDep, base_url
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.auth import TenantPrincipal, current_principal, require
 from gpu_share.coordinator.errors import field_error
-from gpu_share.coordinator.runtime import Runtime, get_runtime
+from gpu_share.coordinator.runtime import Runtime
 from gpu_share.coordinator.services import artifacts
 from gpu_share.protocol.accounts import Role
 from gpu_share.protocol.artifacts import Artifact, ArtifactKind
 from gpu_share.protocol.common import Page, Sha256Hex
 
 router = APIRouter(prefix="/v1/artifacts", tags=["artifacts"])
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
 class UploadKind(StrEnum):
@@ -79,7 +79,7 @@ async def upload_artifact(
         upload,
         request.stream(),
         runtime.clock.now(),
-        runtime.base_url(request),
+        base_url(runtime, request),
     )
 
 
@@ -101,7 +101,7 @@ async def list_artifacts(
             session,
             principal.tenant_id,
             runtime.clock.now(),
-            runtime.base_url(request),
+            base_url(runtime, request),
             kind=kind,
             sha256=sha256,
             include_expired=include_expired,
@@ -118,7 +118,7 @@ async def get_artifact(
     assert principal.tenant_id is not None
     async with runtime.db.read() as session:
         return await artifacts.get(
-            session, principal.tenant_id, artifact_id, runtime.base_url(request)
+            session, principal.tenant_id, artifact_id, base_url(runtime, request)
         )
 
 

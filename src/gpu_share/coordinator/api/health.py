@@ -4,7 +4,8 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
 from gpu_share._version import __version__
-from gpu_share.coordinator.runtime import Runtime, get_runtime
+from gpu_share.coordinator.api.deps import get_runtime
+from gpu_share.coordinator.runtime import Runtime
 from gpu_share.coordinator.services import health
 from gpu_share.protocol.health import Health
 

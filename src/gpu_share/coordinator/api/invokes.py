@@ -2,12 +2,12 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from gpu_share.coordinator.api.deps import RuntimeDep
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.auth import TenantPrincipal
-from gpu_share.coordinator.runtime import Runtime, get_runtime
 from gpu_share.coordinator.services import invokes, probing
 from gpu_share.protocol.common import Page
 from gpu_share.protocol.invokes import (
@@ -19,7 +19,6 @@ from gpu_share.protocol.invokes import (
 )
 
 router = APIRouter(prefix="/v1/gpu", tags=["invokes"])
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 HELLO_WORLD = {
     "runtime": "onnx_cuda",

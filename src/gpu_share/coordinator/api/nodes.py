@@ -4,16 +4,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
+from gpu_share.coordinator.api.deps import RuntimeDep
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.auth import require
-from gpu_share.coordinator.runtime import Runtime, get_runtime
 from gpu_share.coordinator.services import nodes
 from gpu_share.coordinator.services.accounts import Principal
 from gpu_share.protocol.accounts import Role
 from gpu_share.protocol.nodes import Node, RuntimeAvailability
 
 router = APIRouter(tags=["discovery"])
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 Viewer = Annotated[Principal, Depends(require(Role.TENANT, Role.ADMIN))]
 
 

@@ -150,6 +150,11 @@ async def _lease(
         if row.inputs_url
         else None
     )
+    checkpoint = (
+        await _artifact_ref(session, "", row.checkpoint_artifact_id, None, now, ctx)
+        if row.checkpoint_artifact_id
+        else None
+    )
     if model is None or (row.inputs_url and inputs is None):
         row.status = InvokeStatus.FAILED.value
         row.finished_at = now
@@ -176,6 +181,7 @@ async def _lease(
         if row.outputs_upload
         else None,
         inline_limit_bytes=ctx.settings.inline_output_limit_bytes,
+        checkpoint=checkpoint,
     )
 
 
@@ -294,6 +300,22 @@ async def leased_invoke(
         raise _stale(invoke_id)
     assert row is not None
     return row
+
+
+async def record_checkpoint(
+    session: AsyncSession, node_id: str, invoke_id: str, lease_token: str, artifact_id: str
+) -> str | None:
+    """Point the invoke at its newest snapshot; returns the one it replaces (to delete)."""
+    row = await session.get(InvokeRow, invoke_id, with_for_update=True)
+    previous = row.checkpoint_artifact_id if row is not None else None
+    done = await session.execute(
+        update(InvokeRow)
+        .where(*_guard(invoke_id, lease_token, node_id))
+        .values(checkpoint_artifact_id=artifact_id)
+    )
+    if done.rowcount != 1:  # type: ignore[attr-defined]
+        raise _stale(invoke_id)
+    return previous
 
 
 def _ms(later: datetime | None, earlier: datetime | None) -> int | None:
