@@ -21,19 +21,22 @@ from gpu_share.coordinator.app import create_app
 from gpu_share.coordinator.orm import Base
 from gpu_share.coordinator.settings import Settings
 from gpu_share.protocol import agent as wire
-from gpu_share.testing.clock import FrozenClock
+from gpu_share.testing.clock import FrozenClock, SystemClock
 from gpu_share.testing.databases import (
     create_scratch_postgres,
     drop_scratch_postgres,
     truncate_all,
 )
 from gpu_share.testing.factories import (
+    ADMIN,
     TEST_ADMIN_KEY,
     ProviderHandle,
     TenantHandle,
     create_provider,
     create_tenant,
 )
+from gpu_share.testing.live import Live, fast_settings
+from gpu_share.testing.servers import serve
 from gpu_share.testing.simulated_agent import AgentFactory, SimulatedAgent
 
 DATABASES = [
@@ -136,3 +139,20 @@ async def sim_agent(app: FastAPI, provider: ProviderHandle) -> AsyncIterator[Age
     yield make
     for agent in agents:
         await agent.aclose()
+
+
+@pytest.fixture
+async def live(settings: Settings, tmp_path: Path) -> AsyncIterator[Live]:
+    """A coordinator served on loopback (real clock, fast leases), a tenant and a provider."""
+    application = create_app(fast_settings(settings), clock=SystemClock())
+    async with (
+        serve(application) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=ADMIN, timeout=30) as http,
+    ):
+        harness = Live(base_url, http, tmp_path)
+        await harness.setup()
+        try:
+            yield harness
+        finally:
+            for agent in harness.agents:
+                await asyncio.to_thread(agent.stop)  # the loop must keep serving meanwhile

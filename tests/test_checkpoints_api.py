@@ -34,7 +34,9 @@ async def test_newest_checkpoint_goes_to_the_next_attempt_and_old_ones_are_delet
 ) -> None:
     node = inventory(runtimes=[RuntimeName.CATBOOST_CPU])
     first, second = await sim_agent(node), await sim_agent(node)
-    invoke_id = (await client.post("/v1/gpu/invoke", json=TRAIN, headers=tenant.headers)).json()["id"]
+    invoke_id = (await client.post("/v1/gpu/invoke", json=TRAIN, headers=tenant.headers)).json()[
+        "id"
+    ]
     (job,) = await first.lease()
     assert job.checkpoint is None
     await first.client.start(job.invoke_id, job.lease_token)

@@ -16,12 +16,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
-from gpu_share.agent.cache import ArtifactCache, CachedFile, Fetched
+from gpu_share.agent.cache import ArtifactCache, CachedFile
 from gpu_share.agent.checkpoints import SNAPSHOT_PATH, CheckpointKeeper
-from gpu_share.agent.client import CoordinatorClient, CoordinatorError, StaleLease
+from gpu_share.agent.client import CoordinatorClient, StaleLease
 from gpu_share.agent.failures import JobFailed
+from gpu_share.agent.fetching import fetch
 from gpu_share.agent.gpu import Gpu, Nvml
 from gpu_share.agent.jobfiles import UnsafeJobFile, copy_out, read_small
 from gpu_share.agent.logstream import LogStream
@@ -270,52 +269,14 @@ class Job:
             return None
 
     async def _fetch(self, name: str, ref: wire.ArtifactRef) -> CachedFile:
-        settings = self.ctx.settings
-
-        async def download(dest: Path, validators: dict[str, str]) -> Fetched:
-            if ref.platform:
-                sha, size = await self.ctx.client.download(
-                    ref.url,
-                    dest,
-                    max_bytes=settings.max_download_bytes,
-                    timeout=settings.download_timeout_sec,
-                )
-                return Fetched(sha256=sha, size=size)
-            got = await self.ctx.fetcher.download(
-                ref.url,
-                dest,
-                max_bytes=settings.max_download_bytes,
-                timeout=settings.download_timeout_sec,
-                headers=validators,
-                expected_sha256=ref.sha256,
-            )
-            return Fetched(
-                sha256=got.sha256,
-                size=got.size,
-                etag=got.etag,
-                last_modified=got.last_modified,
-                not_modified=got.not_modified,
-            )
-
-        field = f"{name}_url"
-        try:
-            cached = await self.ctx.cache.get(ref.url, ref.sha256, download)
-        except FetchError as exc:
-            raise JobFailed(exc.code, f"{field}: {exc.message}") from exc
-        except StaleLease:
-            raise
-        except CoordinatorError as exc:
-            raise JobFailed(ErrorCode.DOWNLOAD_FAILED, f"{field}: {exc.message}") from exc
-        except (httpx.TransportError, TimeoutError) as exc:
-            raise JobFailed(
-                ErrorCode.DOWNLOAD_FAILED, f"{field}: download from the platform failed ({exc!r})"
-            ) from exc
-        if ref.sha256 is not None and cached.sha256 != ref.sha256:
-            raise JobFailed(
-                ErrorCode.CHECKSUM_MISMATCH,
-                f"{field}: downloaded file has SHA-256 {cached.sha256}, expected {ref.sha256}",
-            )
-        self.ctx.cache.pin(cached.sha256)
+        cached = await fetch(
+            ref,
+            f"{name}_url",
+            settings=self.ctx.settings,
+            cache=self.ctx.cache,
+            client=self.ctx.client,
+            fetcher=self.ctx.fetcher,
+        )
         self._pinned.append(cached.sha256)
         how = "downloaded" if cached.downloaded else "from cache"
         self.logs.line(f"{name}: {cached.size} bytes, sha256 {cached.sha256[:16]}…, {how}")

@@ -25,6 +25,7 @@ from gpu_share.agent.client import CoordinatorClient, CoordinatorError, Unauthor
 from gpu_share.agent.gpu import Gpu, Nvml
 from gpu_share.agent.jobs import Job, JobContext
 from gpu_share.agent.sandbox import Sandbox, detect_sandbox
+from gpu_share.agent.sessions import SessionHost
 from gpu_share.agent.settings import AgentSettings
 from gpu_share.netguard import SafeFetcher, UrlPolicy
 from gpu_share.protocol import agent as wire
@@ -85,6 +86,7 @@ class Agent:
         self._free_gpus: list[Gpu] = list(self.gpus)
         self._slot_freed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.session_host: SessionHost | None = None
 
     def inventory(self) -> wire.NodeInventory:
         memory = psutil.virtual_memory()
@@ -151,7 +153,10 @@ class Agent:
             )
             beating = asyncio.create_task(self._heartbeats(stop), name="agent:heartbeat")
             leasing = asyncio.create_task(self._lease_loop(ctx, stop), name="agent:lease")
+            self.session_host = SessionHost(ctx, self.gpus)
+            hosting = asyncio.create_task(self.session_host.run(stop), name="agent:sessions")
             await stop.wait()
+            await hosting
             leasing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await leasing

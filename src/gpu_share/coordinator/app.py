@@ -23,21 +23,24 @@ from gpu_share.coordinator import migrate
 from gpu_share.coordinator.api import (
     admin,
     agent,
+    agent_sessions,
     applications,
     artifacts,
     health,
     invokes,
     nodes,
+    sessions,
 )
 from gpu_share.coordinator.clock import Clock, SystemClock
 from gpu_share.coordinator.db import Database
 from gpu_share.coordinator.errors import ApiError
-from gpu_share.coordinator.loops import artifact_sweep, lease_expiry
+from gpu_share.coordinator.loops import artifact_sweep, lease_expiry, session_upkeep
 from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
 from gpu_share.coordinator.notify import notifier_for
 from gpu_share.coordinator.runtime import Runtime
 from gpu_share.coordinator.services.accounts import ensure_admin_key
 from gpu_share.coordinator.services.signing import load_signer
+from gpu_share.coordinator.session_hub import SessionHub
 from gpu_share.coordinator.settings import Settings
 from gpu_share.coordinator.storage import ArtifactStore, LocalArtifactStore
 from gpu_share.netguard import SafeFetcher, UrlPolicy
@@ -196,6 +199,7 @@ def default_jobs(settings: Settings) -> list[PeriodicJob]:
             lease_expiry.run_once,
             start_after_sec=settings.lease_ttl_sec,
         ),
+        PeriodicJob("session-upkeep", settings.session_sweep_interval_sec, session_upkeep.run_once),
     ]
 
 
@@ -223,6 +227,7 @@ def create_app(
             notifier=notifier,
             signer=await load_signer(db, the_clock.now()),
             fetcher=SafeFetcher(UrlPolicy.from_strings(settings.url_allow_networks)),
+            sessions=SessionHub(the_clock),
         )
         configured = settings.admin_key.get_secret_value() if settings.admin_key else None
         async with db.write() as session:
@@ -236,6 +241,7 @@ def create_app(
             yield
         finally:
             await loops.stop()
+            await runtime.sessions.close_all("the coordinator is shutting down")
             await notifier.close()
             await runtime.fetcher.aclose()
             await db.dispose()
@@ -250,7 +256,17 @@ def create_app(
     )
     _install_error_handlers(app)
     _install_docs(app)
-    for module in (health, nodes, invokes, artifacts, applications, agent, admin):
+    for module in (
+        health,
+        nodes,
+        invokes,
+        sessions,
+        artifacts,
+        applications,
+        agent,
+        agent_sessions,
+        admin,
+    ):
         app.include_router(module.router)
     return app
 

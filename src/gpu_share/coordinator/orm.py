@@ -243,3 +243,33 @@ class InvokeLogRow(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime]
     text: Mapped[str] = mapped_column(Text)
+
+
+class SessionRow(Base):
+    """A model held loaded on a node (SPEC §1.7); live state is in the holding replica."""
+
+    __tablename__ = "gpu_sessions"
+    __table_args__ = (Index(None, "tenant_id", "id"), Index(None, "status", "touched_at"))
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    node_id: Mapped[str | None] = mapped_column(ForeignKey("nodes.id"), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    runtime: Mapped[str] = mapped_column(String(32))
+    model_url: Mapped[str] = mapped_column(Text)
+    model_artifact_id: Mapped[str | None] = mapped_column(String(40))
+    model_sha256: Mapped[str | None] = mapped_column(String(64))
+    idle_timeout_sec: Mapped[int] = mapped_column(Integer)
+    max_batch: Mapped[int | None] = mapped_column(Integer)
+    max_concurrency: Mapped[int] = mapped_column(Integer)
+    reserved_mb: Mapped[int] = mapped_column(Integer)
+    device: Mapped[str | None] = mapped_column(String(16))
+    inputs: Mapped[list[Any] | None]
+    created_at: Mapped[datetime]
+    ready_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]
+    touched_at: Mapped[datetime]
+    closed_at: Mapped[datetime | None]
+    forward_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    error_code: Mapped[str | None] = mapped_column(String(40))
+    error_message: Mapped[str | None] = mapped_column(Text)

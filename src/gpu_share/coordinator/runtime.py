@@ -10,6 +10,7 @@ from gpu_share.coordinator.clock import Clock
 from gpu_share.coordinator.db import Database
 from gpu_share.coordinator.notify import Notifier
 from gpu_share.coordinator.services.signing import UrlSigner
+from gpu_share.coordinator.session_hub import SessionHub
 from gpu_share.coordinator.settings import Settings
 from gpu_share.coordinator.storage import ArtifactStore
 from gpu_share.netguard import SafeFetcher
@@ -24,3 +25,4 @@ class Runtime:
     notifier: Notifier
     signer: UrlSigner
     fetcher: SafeFetcher
+    sessions: SessionHub

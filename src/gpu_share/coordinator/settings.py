@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     max_output_bytes: int = Field(default=2 * GiB, gt=0)
     max_log_bytes_per_invoke: int = Field(default=2 * MiB, gt=0)
     artifact_token_ttl_sec: int = Field(default=3600, gt=0, description="Signed agent downloads")
+    max_forward_bytes: int = Field(default=64 * MiB, gt=0, description="Session forward bodies")
+    session_sweep_interval_sec: float = Field(default=2.0, gt=0)
     url_allow_networks: list[str] = Field(
         default_factory=list,
         description="Private CIDRs probe-url may reach (tests on loopback); none by default",

@@ -39,7 +39,7 @@ class Priority(StrEnum):
     SPOT = "spot"
 
 
-def _http_url(value: str) -> str:
+def http_url(value: str) -> str:
     if len(value) > MAX_URL_LENGTH:
         raise ValueError(f"must be at most {MAX_URL_LENGTH} characters")
     url = AnyHttpUrl(value)  # raises on anything but a well-formed http(s) URL
@@ -58,7 +58,7 @@ class OutputsUpload(BaseModel):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        return _http_url(value)
+        return http_url(value)
 
     @field_validator("headers")
     @classmethod
@@ -101,17 +101,17 @@ class InvokeCreate(BaseModel):
     @field_validator("model_url")
     @classmethod
     def _model_url(cls, value: str) -> str:
-        return _http_url(value)
+        return http_url(value)
 
     @field_validator("inputs_url")
     @classmethod
     def _inputs_url(cls, value: str | None) -> str | None:
-        return _http_url(value) if value else ""
+        return http_url(value) if value else ""
 
     @field_validator("webhook_url")
     @classmethod
     def _webhook_url(cls, value: str | None) -> str | None:
-        return _http_url(value) if value else None
+        return http_url(value) if value else None
 
 
 class Metrics(BaseModel):

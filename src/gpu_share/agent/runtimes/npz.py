@@ -8,9 +8,11 @@ collide with a keyword argument, and it refuses object arrays instead of
 pickling them.
 """
 
+import io
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -38,9 +40,13 @@ def dtype_name(dtype: np.dtype[np.generic]) -> str:
     return dtype.name
 
 
-def _refuse_unreadable(path: Path) -> None:
-    with path.open("rb") as file:
-        head = file.read(16)
+def _refuse_unreadable(source: Path | BinaryIO) -> None:
+    if isinstance(source, Path):
+        with source.open("rb") as file:
+            head = file.read(16)
+    else:
+        head = source.read(16)
+        source.seek(0)
     if not head:
         raise NpzError("the inputs file is empty; expected an NPZ archive written by numpy.savez")
     if head.startswith(_NPY_MAGIC):
@@ -55,7 +61,17 @@ def _refuse_unreadable(path: Path) -> None:
         )
 
 
-def load_npz(path: Path) -> dict[str, Array]:
+def load_npz_bytes(data: bytes) -> dict[str, Array]:
+    return load_npz(io.BytesIO(data))
+
+
+def save_npz_bytes(arrays: Mapping[str, Array]) -> bytes:
+    buffer = io.BytesIO()
+    save_npz(buffer, arrays)
+    return buffer.getvalue()
+
+
+def load_npz(path: Path | BinaryIO) -> dict[str, Array]:
     """Every array of an NPZ by name, in archive order; raises `NpzError`."""
     _refuse_unreadable(path)
     arrays: dict[str, Array] = {}
@@ -81,7 +97,7 @@ def load_npz(path: Path) -> dict[str, Array]:
     return arrays
 
 
-def save_npz(path: Path, arrays: Mapping[str, Array]) -> None:
+def save_npz(path: Path | BinaryIO, arrays: Mapping[str, Array]) -> None:
     """Raises `ValueError` for an object array, which NPZ cannot hold without pickle."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, array in arrays.items():

@@ -69,28 +69,28 @@ SUPPORTED_OPTIONS = {"graph_optimization_level"}
 def run_onnx(spec: JobSpec) -> RuntimeResult:
     if spec.runtime not in (RuntimeName.ONNX_CPU, RuntimeName.ONNX_CUDA):
         raise JobFailure(ErrorCode.INVALID_CONFIG, f"the onnx runtime cannot run {spec.runtime}")
-    session, load_ms = _open_session(spec)
+    session, load_ms = open_session(spec)
     provider = session.get_providers()[0]
     log(
         f"loaded model: {_plural(len(session.get_inputs()), 'input')} "
-        f"({_signature(session.get_inputs())}) → {_plural(len(session.get_outputs()), 'output')} "
-        f"({_signature(session.get_outputs())}) in {load_ms} ms on {provider}"
+        f"({signature(session.get_inputs())}) → {_plural(len(session.get_outputs()), 'output')} "
+        f"({signature(session.get_outputs())}) in {load_ms} ms on {provider}"
     )
 
     if spec.inputs is None:
-        feeds = _zero_feeds(session)
+        feeds = zero_feeds(session)
         log(f"inputs: one zero-filled batch: {_feeds_summary(feeds)}")
     else:
-        feeds = _feeds_from_npz(session, _load_inputs(Path(spec.inputs)))
+        feeds = feeds_from_arrays(session, _load_inputs(Path(spec.inputs)))
         log(f"inputs: {_feeds_summary(feeds)}")
 
     started = time.perf_counter()
-    values = _run(session, feeds)
+    values = run_model(session, feeds)
     compute_ms = _ms_since(started)
     log(f"ran in {compute_ms} ms on {provider}")
 
     outputs = {
-        node.name: _output_array(node.name, value)
+        node.name: output_array(node.name, value)
         for node, value in zip(session.get_outputs(), values, strict=True)
     }
     outputs_path = Path(spec.outputs_dir) / OUTPUTS_FILENAME
@@ -143,7 +143,7 @@ def _session_options(spec: JobSpec) -> Any:
     return options
 
 
-def _open_session(spec: JobSpec) -> tuple[Any, int]:
+def open_session(spec: JobSpec) -> tuple[Any, int]:
     model = Path(spec.model)
     if not model.is_file():
         raise JobFailure(ErrorCode.INVALID_CONFIG, f"the model file {model} is missing")
@@ -224,11 +224,11 @@ def _load_inputs(path: Path) -> dict[str, Array]:
         raise JobFailure(ErrorCode.INVALID_INPUTS, str(exc)) from exc
 
 
-def _feeds_from_npz(session: Any, arrays: dict[str, Array]) -> dict[str, Array]:
+def feeds_from_arrays(session: Any, arrays: dict[str, Array]) -> dict[str, Array]:
     required = {node.name: node for node in session.get_inputs()}
     optional = {node.name: node for node in session.get_overridable_initializers()}
     taken = {**optional, **required}
-    expected = _signature(session.get_inputs())
+    expected = signature(session.get_inputs())
 
     if list(arrays) == [UNNAMED_ARRAY] and UNNAMED_ARRAY not in taken:
         if len(required) != 1:
@@ -261,8 +261,8 @@ def _feeds_from_npz(session: Any, arrays: dict[str, Array]) -> dict[str, Array]:
 
 def _fit_input(node: Any, array: Array) -> Array:
     """The array as the model takes it, cast only where no value can change."""
-    expected = _node_type(node)
-    dtype = _tensor_dtype(node)
+    expected = node_type(node)
+    dtype = tensor_dtype(node)
 
     def refuse(why: str = "") -> JobFailure:
         return JobFailure(
@@ -306,11 +306,11 @@ def _fit_input(node: Any, array: Array) -> Array:
     raise refuse(hint)
 
 
-def _zero_feeds(session: Any) -> dict[str, Array]:
+def zero_feeds(session: Any) -> dict[str, Array]:
     """One batch of zeros shaped like the session's real inputs (initializers excluded)."""
     feeds: dict[str, Array] = {}
     for node in session.get_inputs():
-        dtype = _tensor_dtype(node)
+        dtype = tensor_dtype(node)
         if dtype is None:
             raise JobFailure(
                 ErrorCode.INVALID_INPUTS,
@@ -328,7 +328,7 @@ def _zero_feeds(session: Any) -> dict[str, Array]:
 # Running and outputs
 
 
-def _run(session: Any, feeds: dict[str, Array]) -> list[Any]:
+def run_model(session: Any, feeds: dict[str, Array]) -> list[Any]:
     try:
         values: list[Any] = session.run(None, feeds)
     except Exception as exc:
@@ -348,7 +348,7 @@ def _run(session: Any, feeds: dict[str, Array]) -> list[Any]:
     return values
 
 
-def _output_array(name: str, value: Any) -> Array:
+def output_array(name: str, value: Any) -> Array:
     """A tensor as is; a sequence or map (e.g. a ZipMap) as a numeric array, or a clear no."""
     try:
         if isinstance(value, np.ndarray):
@@ -385,12 +385,12 @@ def _numeric(value: Any) -> Array:
 # Helpers
 
 
-def _tensor_dtype(node: Any) -> type[np.generic] | None:
+def tensor_dtype(node: Any) -> type[np.generic] | None:
     match = TENSOR_TYPE.match(node.type)
     return TENSOR_DTYPES.get(match.group(1)) if match else None
 
 
-def _node_type(node: Any) -> str:
+def node_type(node: Any) -> str:
     match = TENSOR_TYPE.match(node.type)
     if not match:
         return str(node.type)
@@ -404,8 +404,8 @@ def _dtype_label(dtype: type[np.generic]) -> str:
     return "str" if dtype is np.str_ else np.dtype(dtype).name
 
 
-def _signature(nodes: Sequence[Any]) -> str:
-    return ", ".join(f"{node.name}: {_node_type(node)}" for node in nodes) or "none"
+def signature(nodes: Sequence[Any]) -> str:
+    return ", ".join(f"{node.name}: {node_type(node)}" for node in nodes) or "none"
 
 
 def _feeds_summary(arrays: Mapping[str, Array]) -> str:

@@ -3,12 +3,13 @@
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.requests import HTTPConnection
 
 from gpu_share.coordinator.runtime import Runtime
 
 
-def get_runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
+def get_runtime(connection: HTTPConnection) -> Runtime:
+    runtime: Runtime = connection.app.state.runtime
     return runtime
 
 

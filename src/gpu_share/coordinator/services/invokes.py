@@ -87,7 +87,7 @@ class ResolvedUrl:
     sha256: str | None
 
 
-async def _resolve(
+async def resolve_url(
     session: AsyncSession,
     tenant_id: str,
     field: str,
@@ -180,7 +180,7 @@ async def create(
     req = requirements_of(body)
     try:
         async with db.write() as session:
-            model = await _resolve(
+            model = await resolve_url(
                 session,
                 tenant_id,
                 "model_url",
@@ -190,7 +190,7 @@ async def create(
                 now,
             )
             inputs = (
-                await _resolve(
+                await resolve_url(
                     session,
                     tenant_id,
                     "inputs_url",

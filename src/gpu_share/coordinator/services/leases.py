@@ -113,7 +113,7 @@ async def claim(
     return jobs
 
 
-async def _artifact_ref(
+async def artifact_ref(
     session: AsyncSession,
     url: str,
     artifact_id: str | None,
@@ -140,18 +140,18 @@ async def _artifact_ref(
 async def _lease(
     session: AsyncSession, row: InvokeRow, node_id: str, now: datetime, ctx: LeaseContext
 ) -> wire.LeasedJob | None:
-    model = await _artifact_ref(
+    model = await artifact_ref(
         session, row.model_url, row.model_artifact_id, row.model_sha256, now, ctx
     )
     inputs = (
-        await _artifact_ref(
+        await artifact_ref(
             session, row.inputs_url, row.inputs_artifact_id, row.inputs_sha256, now, ctx
         )
         if row.inputs_url
         else None
     )
     checkpoint = (
-        await _artifact_ref(session, "", row.checkpoint_artifact_id, None, now, ctx)
+        await artifact_ref(session, "", row.checkpoint_artifact_id, None, now, ctx)
         if row.checkpoint_artifact_id
         else None
     )

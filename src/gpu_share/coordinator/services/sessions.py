@@ -1,0 +1,408 @@
+"""Sessions (SPEC §1.7): place a model on a node, relay forwards, close when idle.
+
+The row in `gpu_sessions` is the record (status, node, metering); the `SessionHub`
+of the replica holding the node's WebSocket carries the live traffic. Forwards do
+not touch the database: counters and last use are flushed by `maintain`.
+"""
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.errors import ApiError, Conflict, Gone, NotFound, Unavailable
+from gpu_share.coordinator.ids import new_id
+from gpu_share.coordinator.orm import ArtifactRow, NodeRow, SessionRow
+from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.services import leases, nodes
+from gpu_share.coordinator.services.invokes import resolve_url
+from gpu_share.coordinator.services.placement import MICRO, Requirements, serves
+from gpu_share.coordinator.session_hub import ForwardFailed, LiveSession
+from gpu_share.protocol.errors import ErrorCode
+from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.protocol.sessions import (
+    OpenSession,
+    Session,
+    SessionCreate,
+    SessionError,
+    SessionStatus,
+)
+
+OPEN_VALUES = [SessionStatus.STARTING.value, SessionStatus.READY.value]
+MIN_RESERVATION_MB = 256
+CREATE_WAIT_SEC = 2.0  # answer `ready` at once when the model loads that fast
+START_WAIT_SEC = 300.0  # a forward to a starting session waits this long for it
+FORWARD_TIMEOUT_SEC = 300.0
+STALE_AFTER_SEC = 30.0  # no replica touched an open session this long: it was lost
+
+
+def to_wire(row: SessionRow, live: LiveSession | None = None) -> Session:
+    status = live.status if live is not None else SessionStatus(row.status)
+    last_used = row.last_used_at or row.ready_at
+    error = None
+    if row.error_code:
+        error = SessionError(code=row.error_code, message=row.error_message or "")
+    elif live is not None and live.error is not None:
+        error = live.error
+    return Session(
+        id=row.id,
+        status=status,
+        runtime=RuntimeName(row.runtime),
+        model_url=row.model_url,
+        node_id=row.node_id,
+        idle_timeout_sec=row.idle_timeout_sec,
+        max_batch=row.max_batch,
+        created_at=row.created_at,
+        ready_at=row.ready_at,
+        last_used_at=row.last_used_at,
+        closed_at=row.closed_at,
+        expires_at=(last_used + timedelta(seconds=row.idle_timeout_sec))
+        if status.open and last_used
+        else None,
+        forward_count=row.forward_count + (live.unflushed_forwards if live else 0),
+        device=row.device,
+        inputs=row.inputs,
+        error=error,
+    )
+
+
+def _capacity_mb(node: NodeRow, needs_gpu: bool) -> int:
+    if needs_gpu:
+        return sum(int(g.get("vram_mb", 0)) for g in node.gpus)
+    return node.ram_mb // 2
+
+
+async def _choose_node(
+    session: AsyncSession,
+    runtime: Runtime,
+    req: Requirements,
+    reserve_mb: int,
+    now: datetime,
+) -> NodeRow:
+    connected = runtime.sessions.connected_nodes()
+    candidates = [
+        n
+        for n in await nodes.live_nodes(session, now, runtime.settings)
+        if n.id in connected and serves(n, req)
+    ]
+    if not candidates:
+        raise Unavailable(
+            f"no online node can hold a session for {req.describe()}; wait for a provider "
+            "or relax the constraints",
+            code=ErrorCode.NO_CAPACITY,
+            headers={"Retry-After": "30"},
+        )
+    reserved = dict(
+        (
+            await session.execute(
+                select(SessionRow.node_id, func.sum(SessionRow.reserved_mb))
+                .where(SessionRow.status.in_(OPEN_VALUES))
+                .group_by(SessionRow.node_id)
+            )
+        ).all()
+    )
+    free = {
+        n.id: _capacity_mb(n, req.runtime.needs_gpu) - int(reserved.get(n.id) or 0)
+        for n in candidates
+    }
+    best = max(candidates, key=lambda n: free[n.id])
+    if free[best.id] < reserve_mb:
+        raise Unavailable(
+            f"every node that serves {req.runtime.value} is full: the largest has "
+            f"{max(free[best.id], 0)} MB free and this model needs about {reserve_mb} MB; "
+            "close idle sessions or retry later",
+            code=ErrorCode.NO_CAPACITY,
+            headers={"Retry-After": "30"},
+        )
+    return best
+
+
+async def create(
+    runtime: Runtime, tenant_id: str, body: SessionCreate, *, origins: set[str], base_url: str
+) -> Session:
+    now = runtime.clock.now()
+    req = Requirements(
+        runtime=body.runtime,
+        min_vram_mb=int(body.min_vram_gb * 1000**3 / 1024**2) if body.min_vram_gb else None,
+        gpu_model=body.gpu_model,
+        region=body.region,
+        tier=body.tier.value if body.tier else None,
+        max_price_micro=int(body.max_price_per_gpu_hour * MICRO)
+        if body.max_price_per_gpu_hour is not None
+        else None,
+    )
+    ctx = leases.LeaseContext(settings=runtime.settings, signer=runtime.signer, base_url=base_url)
+    async with runtime.db.write() as session:
+        model = await resolve_url(
+            session,
+            tenant_id,
+            "model_url",
+            body.model_url,
+            body.model_checksum_sha256,
+            origins,
+            now,
+        )
+        ref = await leases.artifact_ref(
+            session, body.model_url, model.artifact_id, model.sha256, now, ctx
+        )
+        assert ref is not None  # _resolve refused expired artifacts already
+        size = (
+            await session.scalar(
+                select(ArtifactRow.size).where(ArtifactRow.id == model.artifact_id)
+            )
+            if model.artifact_id
+            else None
+        )
+        # A model needs about its size several times over once loaded (weights, arena).
+        reserve_mb = max(MIN_RESERVATION_MB, 4 * (size or 0) // (1024 * 1024))
+        if req.min_vram_mb:
+            reserve_mb = max(reserve_mb, req.min_vram_mb)
+        node = await _choose_node(session, runtime, req, reserve_mb, now)
+        row = SessionRow(
+            id=new_id("ses"),
+            tenant_id=tenant_id,
+            node_id=node.id,
+            status=SessionStatus.STARTING.value,
+            runtime=body.runtime.value,
+            model_url=body.model_url,
+            model_artifact_id=model.artifact_id,
+            model_sha256=model.sha256,
+            idle_timeout_sec=body.idle_timeout_sec,
+            max_batch=body.max_batch,
+            max_concurrency=body.max_concurrency,
+            reserved_mb=reserve_mb,
+            created_at=now,
+            touched_at=now,
+            forward_count=0,
+        )
+        session.add(row)
+    live = LiveSession(
+        id=row.id,
+        tenant_id=tenant_id,
+        node_id=node.id,
+        idle_timeout_sec=body.idle_timeout_sec,
+        last_used=now,
+    )
+    await runtime.sessions.open(
+        live,
+        OpenSession(
+            session_id=row.id,
+            runtime=body.runtime,
+            model=ref,
+            max_batch=body.max_batch,
+            max_concurrency=body.max_concurrency,
+        ),
+    )
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(live.settled.wait(), CREATE_WAIT_SEC)
+    return await get(runtime, tenant_id, row.id)
+
+
+async def _owned(session: AsyncSession, tenant_id: str, session_id: str) -> SessionRow:
+    row = await session.get(SessionRow, session_id)
+    if row is None or row.tenant_id != tenant_id:
+        raise NotFound(f"session {session_id} does not exist")
+    return row
+
+
+async def get(runtime: Runtime, tenant_id: str, session_id: str) -> Session:
+    async with runtime.db.read() as session:
+        row = await _owned(session, tenant_id, session_id)
+    return to_wire(row, runtime.sessions.sessions.get(session_id))
+
+
+async def list_for_tenant(
+    runtime: Runtime, tenant_id: str, *, include_closed: bool, limit: int
+) -> list[Session]:
+    query = select(SessionRow).where(SessionRow.tenant_id == tenant_id)
+    if not include_closed:
+        query = query.where(SessionRow.status.in_(OPEN_VALUES))
+    async with runtime.db.read() as session:
+        rows = (await session.scalars(query.order_by(SessionRow.id.desc()).limit(limit))).all()
+    return [to_wire(row, runtime.sessions.sessions.get(row.id)) for row in rows]
+
+
+async def _finish(
+    runtime: Runtime,
+    session_id: str,
+    status: SessionStatus,
+    now: datetime,
+    error: SessionError | None = None,
+) -> None:
+    live = runtime.sessions.sessions.get(session_id)
+    values: dict[str, object] = {"status": status.value, "closed_at": now, "touched_at": now}
+    if live is not None and live.unflushed_forwards:
+        values["forward_count"] = SessionRow.forward_count + live.unflushed_forwards
+        live.unflushed_forwards = 0
+    if error is not None:
+        values.update(error_code=error.code, error_message=error.message)
+    async with runtime.db.write() as session:
+        await session.execute(
+            update(SessionRow)
+            .where(SessionRow.id == session_id, SessionRow.status.in_(OPEN_VALUES))
+            .values(**values)
+        )
+
+
+async def delete(runtime: Runtime, tenant_id: str, session_id: str) -> Session:
+    async with runtime.db.read() as session:
+        await _owned(session, tenant_id, session_id)
+    now = runtime.clock.now()
+    await _finish(runtime, session_id, SessionStatus.CLOSED, now)
+    await runtime.sessions.close(
+        session_id, "the session was deleted by its tenant", status=SessionStatus.CLOSED
+    )
+    return await get(runtime, tenant_id, session_id)
+
+
+@dataclass(frozen=True)
+class ForwardAnswer:
+    format: str
+    body: bytes
+
+
+async def forward(
+    runtime: Runtime, tenant_id: str, session_id: str, fmt: str, payload: bytes
+) -> ForwardAnswer:
+    live = runtime.sessions.sessions.get(session_id)
+    if live is None or live.tenant_id != tenant_id:
+        async with runtime.db.read() as session:
+            row = await _owned(session, tenant_id, session_id)
+        if SessionStatus(row.status).open:
+            raise Unavailable(
+                "this coordinator does not hold the session's connection (it is pinned to "
+                "another replica or was lost in a restart); retry, or create a new session",
+                headers={"Retry-After": "1"},
+            )
+        raise _ended(row.id, SessionStatus(row.status), row.error_code, row.error_message)
+    if live.status is SessionStatus.STARTING:
+        try:
+            await asyncio.wait_for(live.settled.wait(), START_WAIT_SEC)
+        except TimeoutError as exc:
+            raise Unavailable(f"session {session_id} is still starting; retry") from exc
+    if not live.status.open:
+        error = live.error
+        raise _ended(
+            session_id, live.status, error.code if error else None, error.message if error else None
+        )
+    try:
+        header, body = await runtime.sessions.forward(live, fmt, payload, FORWARD_TIMEOUT_SEC)
+    except ForwardFailed as exc:
+        raise _forward_error(exc) from exc
+    if not header.ok:
+        error = header.error or SessionError(code=ErrorCode.RUNTIME_ERROR, message="failed")
+        raise ApiError(
+            error.message,
+            code=ErrorCode.VALIDATION_ERROR,
+            details={"code": error.code, "session": "still usable"},
+        )
+    return ForwardAnswer(format=header.format, body=body)
+
+
+def _ended(
+    session_id: str, status: SessionStatus, code: str | None, message: str | None
+) -> ApiError:
+    reason = message or f"session {session_id} is {status.value}"
+    if status is SessionStatus.CLOSED:
+        return Gone(f"session {session_id} is closed: {reason}", details={"status": status.value})
+    return Gone(
+        f"session {session_id} failed: {reason}",
+        details={"status": status.value, "code": code},
+    )
+
+
+def _forward_error(exc: ForwardFailed) -> ApiError:
+    if exc.status == 409:
+        return Conflict(exc.error.message, details={"code": exc.error.code})
+    if exc.status == 504:
+        return Unavailable(exc.error.message, details={"code": exc.error.code})
+    return Gone(exc.error.message, details={"code": exc.error.code})
+
+
+# Agent events
+
+
+async def on_ready(
+    runtime: Runtime, node_id: str, session_id: str, device: str, inputs: list[dict[str, object]]
+) -> None:
+    live = runtime.sessions.sessions.get(session_id)
+    if live is None or live.node_id != node_id:
+        return
+    now = runtime.clock.now()
+    async with runtime.db.write() as session:
+        await session.execute(
+            update(SessionRow)
+            .where(SessionRow.id == session_id, SessionRow.status == SessionStatus.STARTING.value)
+            .values(
+                status=SessionStatus.READY.value,
+                ready_at=now,
+                touched_at=now,
+                device=device,
+                inputs=inputs,
+            )
+        )
+    live.last_used = now
+    runtime.sessions.settle(session_id, SessionStatus.READY)
+
+
+async def on_failed(runtime: Runtime, node_id: str, session_id: str, error: SessionError) -> None:
+    live = runtime.sessions.sessions.get(session_id)
+    if live is None or live.node_id != node_id:
+        return
+    await _finish(runtime, session_id, SessionStatus.FAILED, runtime.clock.now(), error)
+    runtime.sessions.settle(session_id, SessionStatus.FAILED, error)
+
+
+async def on_node_lost(runtime: Runtime, lost: list[LiveSession]) -> None:
+    now = runtime.clock.now()
+    for live in lost:
+        await _finish(runtime, live.id, SessionStatus.FAILED, now, live.error)
+
+
+# Background upkeep
+
+
+async def maintain(runtime: Runtime) -> None:
+    """Close idle sessions, flush counters, and fail open sessions no replica holds."""
+    now = runtime.clock.now()
+    hub = runtime.sessions
+    for live in list(hub.idle()):
+        await _finish(
+            runtime,
+            live.id,
+            SessionStatus.CLOSED,
+            now,
+            SessionError(
+                code="IDLE_TIMEOUT",
+                message=f"closed after {live.idle_timeout_sec} s without a forward",
+            ),
+        )
+        await hub.close(live.id, "idle timeout", status=SessionStatus.CLOSED)
+    async with runtime.db.write() as session:
+        for live in list(hub.sessions.values()):
+            values: dict[str, object] = {"touched_at": now}
+            if live.used_since_flush:
+                values["last_used_at"] = now
+                live.used_since_flush = False
+            if live.unflushed_forwards:
+                values["forward_count"] = SessionRow.forward_count + live.unflushed_forwards
+                live.unflushed_forwards = 0
+            await session.execute(
+                update(SessionRow).where(SessionRow.id == live.id).values(**values)
+            )
+        await session.execute(
+            update(SessionRow)
+            .where(
+                SessionRow.status.in_(OPEN_VALUES),
+                SessionRow.touched_at < now - timedelta(seconds=STALE_AFTER_SEC),
+            )
+            .values(
+                status=SessionStatus.FAILED.value,
+                closed_at=now,
+                error_code="NODE_LOST",
+                error_message="the session's coordinator or node went away; create a new session",
+            )
+        )
