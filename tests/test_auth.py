@@ -98,3 +98,26 @@ async def test_another_key_for_a_tenant_works_and_old_one_can_be_revoked(
     keys = next(t for t in listed.json() if t["id"] == tenant.id)["keys"]
     assert {k["id"] for k in keys if k["revoked_at"]} == {tenant.key_id}
     assert all("api_key" not in k for k in keys)
+
+
+async def test_another_replica_stops_accepting_a_revoked_key_within_the_cache_ttl(
+    client: httpx.AsyncClient, tenant: TenantHandle, settings: object, clock: object
+) -> None:
+    from gpu_share.coordinator.app import create_app
+    from gpu_share.coordinator.settings import Settings
+    from gpu_share.testing.clock import FrozenClock
+
+    assert isinstance(settings, Settings) and isinstance(clock, FrozenClock)
+    other = create_app(settings, clock=clock)
+    async with (
+        other.router.lifespan_context(other),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=other), base_url="http://b") as replica,
+    ):
+        assert (await replica.get("/v1/artifacts", headers=tenant.headers)).status_code == 200
+        await client.post(f"/v1/admin/keys/{tenant.key_id}/revoke", headers=ADMIN)
+        assert (await client.get("/v1/artifacts", headers=tenant.headers)).status_code == 401
+        # The other replica verified the key a moment ago and still trusts it …
+        assert (await replica.get("/v1/artifacts", headers=tenant.headers)).status_code == 200
+        clock.advance(settings.key_cache_ttl_sec + 0.1)
+        # … for at most the cache's lifetime.
+        assert (await replica.get("/v1/artifacts", headers=tenant.headers)).status_code == 401

@@ -2,7 +2,6 @@
 
 import asyncio
 import io
-
 from typing import Any
 
 import httpx
@@ -52,6 +51,12 @@ async def open_session(live: Live, **body: Any) -> dict[str, Any]:
         ).json()
     assert session["status"] == "ready", session
     return session
+
+
+async def channel_up(live: Live) -> None:
+    """Wait until an agent's session channel is connected (a session can be opened)."""
+    session = await open_session(live)
+    await live.http.delete(f"/v1/gpu/sessions/{session['id']}", headers=live.tenant_headers)
 
 
 async def forward(
@@ -209,3 +214,62 @@ async def test_a_model_that_does_not_load_fails_the_session(live: Live) -> None:
         ).json()
     assert session["status"] == "failed"
     assert session["error"]["code"] == "INVALID_MODEL"
+
+
+async def test_the_sdk_session_forwards_numpy_arrays_sync_and_async(live: Live) -> None:
+    from gpu_share import AsyncClient, Client
+
+    live.agent()
+    await channel_up(live)
+    key = live.tenant_headers["Authorization"].removeprefix("Bearer ")
+    async with AsyncClient(live.base_url, key) as client:
+        async with client.session(DIGITS_MODEL, runtime="onnx_cpu", idle_timeout_sec=60) as session:
+            outputs = await session.forward({"input": ROWS})
+            assert outputs["label"].tolist() == DIGITS_EXPECTED_LABELS
+            single = await session.forward(ROWS[:1])  # one array for a one-input model
+            assert single["label"].tolist() == DIGITS_EXPECTED_LABELS[:1]
+        assert session.info is not None and session.info.status == "closed"
+
+    def blocking() -> None:
+        with (
+            Client(live.base_url, key) as client,
+            client.session(DIGITS_MODEL, runtime="onnx_cpu") as s,
+        ):
+            assert s.forward({"input": ROWS[2:4]})["label"].tolist() == DIGITS_EXPECTED_LABELS[2:4]
+
+    await asyncio.to_thread(blocking)
+
+
+async def test_the_sdk_recreates_a_session_whose_node_died_when_asked(live: Live) -> None:
+    from gpu_share import AsyncClient, Gone
+
+    first = live.agent("first")
+    await channel_up(live)
+    key = live.tenant_headers["Authorization"].removeprefix("Bearer ")
+    async with AsyncClient(live.base_url, key) as client:
+        plain = client.session(DIGITS_MODEL, runtime="onnx_cpu")
+        await plain.open()
+        resilient = client.session(DIGITS_MODEL, runtime="onnx_cpu", recreate=True)
+        await resilient.open()
+        old_id = resilient.id
+        first_node = resilient.info.node_id if resilient.info else None
+        live.agent("second")
+        for _ in range(100):  # until the second agent's channel takes sessions too
+            probe = await open_session(live)
+            await live.http.delete(f"/v1/gpu/sessions/{probe['id']}", headers=live.tenant_headers)
+            if probe["node_id"] != first_node:
+                break
+        first.kill()
+        for _ in range(100):  # until the coordinator noticed
+            state = (
+                await live.http.get(f"/v1/gpu/sessions/{old_id}", headers=live.tenant_headers)
+            ).json()
+            if state["status"] == "failed":
+                break
+            await asyncio.sleep(0.1)
+        with pytest.raises(Gone):
+            await plain.forward({"input": ROWS[:1]})
+        outputs = await resilient.forward({"input": ROWS[:1]})
+        assert outputs["label"].tolist() == DIGITS_EXPECTED_LABELS[:1]
+        assert resilient.id != old_id
+        await resilient.close()

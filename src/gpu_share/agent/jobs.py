@@ -183,7 +183,7 @@ class Job:
             )
             options = {
                 "snapshot_path": SNAPSHOT_PATH,
-                "snapshot_interval_sec": self.ctx.settings.checkpoint_interval_sec,
+                "snapshot_interval_sec": max(1, round(self.ctx.settings.checkpoint_interval_sec)),
             }
             if (restored := await self.checkpoints.restore()) is not None:
                 options["resume_from"] = restored

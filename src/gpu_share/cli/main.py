@@ -5,15 +5,19 @@ import sys
 from collections.abc import Sequence
 
 from gpu_share._version import __version__
-from gpu_share.cli import agent, server, up
+from gpu_share.cli import agent, discovery, doctor, invokes, server, up, upload
+from gpu_share.cli._tenant import EXIT_CODES_HELP
 
-COMMANDS = (server, agent, up)
+# Tenant commands first: they are what most people run.
+COMMANDS = (doctor, discovery, upload, invokes, server, agent, up)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-share",
         description="GPU Share: ONNX inference and CatBoost training on remote GPUs",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"gpu-share {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -37,6 +37,7 @@ from gpu_share.coordinator.errors import ApiError
 from gpu_share.coordinator.loops import artifact_sweep, lease_expiry, session_upkeep
 from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
 from gpu_share.coordinator.notify import notifier_for
+from gpu_share.coordinator.principals import PrincipalCache
 from gpu_share.coordinator.runtime import Runtime
 from gpu_share.coordinator.services.accounts import ensure_admin_key
 from gpu_share.coordinator.services.signing import load_signer
@@ -228,6 +229,7 @@ def create_app(
             signer=await load_signer(db, the_clock.now()),
             fetcher=SafeFetcher(UrlPolicy.from_strings(settings.url_allow_networks)),
             sessions=SessionHub(the_clock),
+            principals=PrincipalCache(the_clock, settings.key_cache_ttl_sec),
         )
         configured = settings.admin_key.get_secret_value() if settings.admin_key else None
         async with db.write() as session:

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 
 from gpu_share.coordinator.api.deps import get_runtime
 from gpu_share.coordinator.errors import Forbidden, Unauthorized
+from gpu_share.coordinator.keys import hash_key
 from gpu_share.coordinator.runtime import Runtime
 from gpu_share.coordinator.services.accounts import Principal, authenticate
 from gpu_share.protocol.accounts import Role
@@ -39,8 +40,13 @@ async def current_principal(
     request: Request, runtime: Annotated[Runtime, Depends(get_runtime)]
 ) -> Principal:
     key = bearer_key(request)
+    key_hash = hash_key(key)
+    if (cached := runtime.principals.get(key_hash)) is not None:
+        return cached
     async with runtime.db.read() as session:
-        return await authenticate(session, key)
+        principal = await authenticate(session, key)
+    runtime.principals.put(key_hash, principal)
+    return principal
 
 
 def require(*roles: Role) -> Callable[..., Awaitable[Principal]]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from gpu_share.coordinator.clock import Clock
 from gpu_share.coordinator.db import Database
 from gpu_share.coordinator.notify import Notifier
+from gpu_share.coordinator.principals import PrincipalCache
 from gpu_share.coordinator.services.signing import UrlSigner
 from gpu_share.coordinator.session_hub import SessionHub
 from gpu_share.coordinator.settings import Settings
@@ -26,3 +27,4 @@ class Runtime:
     signer: UrlSigner
     fetcher: SafeFetcher
     sessions: SessionHub
+    principals: PrincipalCache

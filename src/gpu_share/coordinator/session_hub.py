@@ -7,6 +7,7 @@ session is; the hub says whether this replica can talk to it right now.
 """
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -82,6 +83,7 @@ class SessionHub:
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._links: dict[str, _Link] = {}
+        self._attached = asyncio.Event()
         self.sessions: dict[str, LiveSession] = {}
         self._request_ids = itertools.count(1)
 
@@ -89,9 +91,20 @@ class SessionHub:
 
     def attach(self, node_id: str, channel: AgentChannel) -> None:
         self._links[node_id] = _Link(channel)
+        attached, self._attached = self._attached, asyncio.Event()
+        attached.set()
+
+    async def wait_for_attach(self, timeout: float) -> None:
+        """Until another agent connects (or `timeout`): a node that just came online."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._attached.wait(), timeout)
 
     def detach(self, node_id: str, channel: AgentChannel) -> list[LiveSession]:
-        """Forget the node's connection; returns its sessions, now failed."""
+        """Forget the node's connection; returns its sessions, now failed.
+
+        They stay in the hub (answering forwards with their error) until `forget`,
+        which the caller runs once the failure is recorded in the database.
+        """
         link = self._links.get(node_id)
         if link is None or link.channel is not channel:
             return []  # a newer connection of the same node replaced it
@@ -103,8 +116,11 @@ class SessionHub:
         )
         for live in lost:
             live.end(SessionStatus.FAILED, error, 410)
-            del self.sessions[live.id]
         return lost
+
+    def forget(self, session_ids: list[str]) -> None:
+        for session_id in session_ids:
+            self.sessions.pop(session_id, None)
 
     def connected(self, node_id: str) -> bool:
         return node_id in self._links

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     )
 
     admin_key: SecretStr | None = Field(default=None, description="Admin key set at first start")
+    key_cache_ttl_sec: float = Field(
+        default=5.0, ge=0, description="How long a replica trusts a verified key (0: never)"
+    )
 
     max_model_bytes: int = Field(default=64 * MiB, gt=0)
     max_config_bytes: int = Field(default=64 * MiB, gt=0)

@@ -58,9 +58,11 @@ async def list_keys(
 async def revoke_key(key_id: str, admin: AdminPrincipal, runtime: RuntimeDep) -> wire.KeyInfo:
     """Revoke any key; it answers 401 from the next request on. Revoking twice is harmless."""
     async with runtime.db.write() as session:
-        return await accounts.revoke_key(
+        revoked = await accounts.revoke_key(
             session, key_id, runtime.clock.now(), caller_key_id=admin.key_id
         )
+    runtime.principals.clear()
+    return revoked
 
 
 @router.get(

@@ -82,12 +82,11 @@ async def _choose_node(
     reserve_mb: int,
     now: datetime,
 ) -> NodeRow:
+    live = [n for n in await nodes.live_nodes(session, now, runtime.settings) if serves(n, req)]
     connected = runtime.sessions.connected_nodes()
-    candidates = [
-        n
-        for n in await nodes.live_nodes(session, now, runtime.settings)
-        if n.id in connected and serves(n, req)
-    ]
+    candidates = [n for n in live if n.id in connected]
+    if not candidates and live:
+        raise NotConnectedYet
     if not candidates:
         raise Unavailable(
             f"no online node can hold a session for {req.describe()}; wait for a provider "
@@ -120,7 +119,33 @@ async def _choose_node(
     return best
 
 
+class NotConnectedYet(Exception):
+    """A node that serves the session is online but its channel has not connected yet."""
+
+
+CONNECT_GRACE_SEC = 5.0
+
+
 async def create(
+    runtime: Runtime, tenant_id: str, body: SessionCreate, *, origins: set[str], base_url: str
+) -> Session:
+    try:
+        return await _create(runtime, tenant_id, body, origins=origins, base_url=base_url)
+    except NotConnectedYet:
+        # The node came online a moment ago; its agent connects its channel right after.
+        await runtime.sessions.wait_for_attach(CONNECT_GRACE_SEC)
+    try:
+        return await _create(runtime, tenant_id, body, origins=origins, base_url=base_url)
+    except NotConnectedYet:
+        raise Unavailable(
+            "the nodes that could hold this session are online but not reachable for "
+            "sessions yet; retry shortly",
+            code=ErrorCode.NO_CAPACITY,
+            headers={"Retry-After": "5"},
+        ) from None
+
+
+async def _create(
     runtime: Runtime, tenant_id: str, body: SessionCreate, *, origins: set[str], base_url: str
 ) -> Session:
     now = runtime.clock.now()
@@ -358,8 +383,11 @@ async def on_failed(runtime: Runtime, node_id: str, session_id: str, error: Sess
 
 async def on_node_lost(runtime: Runtime, lost: list[LiveSession]) -> None:
     now = runtime.clock.now()
-    for live in lost:
-        await _finish(runtime, live.id, SessionStatus.FAILED, now, live.error)
+    try:
+        for live in lost:
+            await _finish(runtime, live.id, SessionStatus.FAILED, now, live.error)
+    finally:
+        runtime.sessions.forget([live.id for live in lost])
 
 
 # Background upkeep

@@ -1,0 +1,299 @@
+"""`Client`: the blocking tenant client. Every method runs a flow from `_api`."""
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar, Unpack
+
+import httpx
+
+from gpu_share.protocol.artifacts import Artifact, ArtifactKind
+from gpu_share.protocol.common import Page
+from gpu_share.protocol.health import Health
+from gpu_share.protocol.invokes import Invoke, InvokeStatus, ProbeUrlResult
+from gpu_share.protocol.nodes import Node, RuntimeAvailability
+from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.protocol.sessions import Session
+from gpu_share.sdk import _api, _catboost, _sessions
+from gpu_share.sdk._api import ArraysOrFile, InvokeOptions, StatusCallback
+from gpu_share.sdk._config import DEFAULT_TIMEOUT, ClientConfig, RetryPolicy
+from gpu_share.sdk._http import Flow, SyncDriver
+from gpu_share.sdk._results import InvokeOutputs
+from gpu_share.sdk._session_handles import SessionHandle
+from gpu_share.sdk._sources import FileSource
+
+T = TypeVar("T")
+
+
+class Client:
+    """A GPU Share tenant client.
+
+    `base_url` and `api_key` default to `GPU_SHARE_BASE_URL` and `GPU_SHARE_API_KEY`.
+    Requests that are safe to repeat (all of them: `invoke` carries an automatic
+    `Idempotency-Key`) are retried per `retry`. `transport` is handed to httpx, e.g.
+    to talk to an app in-process in tests. Use it as a context manager, or `close()`.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        poll_interval: float | None = None,
+        max_poll_interval: float | None = None,
+        progress: bool | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.config = ClientConfig.resolve(
+            base_url,
+            api_key,
+            timeout=timeout,
+            retry=retry,
+            poll_interval=poll_interval,
+            max_poll_interval=max_poll_interval,
+            progress=progress,
+        )
+        self._http = httpx.Client(
+            base_url=self.config.base_url,
+            headers=self.config.headers(),
+            timeout=timeout,
+            transport=transport,
+        )
+        self._driver = SyncDriver(self._http)
+
+    @property
+    def base_url(self) -> str:
+        return self.config.base_url
+
+    def __repr__(self) -> str:
+        return f"Client({self.config.base_url!r})"
+
+    def _run(self, flow: Flow[T]) -> T:
+        return self._driver.run(flow)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # Discovery
+
+    def health(self) -> Health:
+        """Needs no key; a degraded server answers `status="degraded"` rather than raising."""
+        return self._run(_api.health(self.config))
+
+    def nodes(self) -> list[Node]:
+        return self._run(_api.nodes(self.config))
+
+    def runtimes(self) -> list[RuntimeAvailability]:
+        return self._run(_api.runtimes(self.config))
+
+    def probe_url(self, url: str) -> ProbeUrlResult:
+        return self._run(_api.probe_url(self.config, url))
+
+    # Artifacts
+
+    def upload_artifact(
+        self,
+        source: FileSource,
+        kind: ArtifactKind | str,
+        *,
+        reuse: bool = True,
+        name: str | None = None,
+    ) -> Artifact:
+        """Streams `source` (path, bytes or binary file); an identical live artifact of
+        yours is returned instead of uploading again unless `reuse=False`."""
+        return self._run(_api.upload_artifact(self.config, source, kind, reuse=reuse, name=name))
+
+    def artifacts(
+        self,
+        *,
+        kind: ArtifactKind | str | None = None,
+        sha256: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Artifact]:
+        return self._run(
+            _api.list_artifacts(self.config, kind=kind, sha256=sha256, limit=limit, cursor=cursor)
+        )
+
+    def delete_artifact(self, artifact_id: str) -> None:
+        self._run(_api.delete_artifact(self.config, artifact_id))
+
+    # Invokes
+
+    def invoke(
+        self,
+        runtime: RuntimeName | str,
+        model_url: str,
+        inputs_url: str | None = "",
+        **options: Unpack[InvokeOptions],
+    ) -> Invoke:
+        """Queue a job by URL; returns at once (`status="queued"`)."""
+        return self._run(_api.invoke(self.config, runtime, model_url, inputs_url, options))
+
+    def get_invoke(self, invoke_id: str) -> Invoke:
+        return self._run(_api.get_invoke(self.config, invoke_id))
+
+    def invokes(
+        self,
+        *,
+        status: InvokeStatus | str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Invoke]:
+        return self._run(_api.list_invokes(self.config, status=status, limit=limit, cursor=cursor))
+
+    def wait(
+        self,
+        invoke_id: str,
+        timeout: float | None = None,
+        *,
+        poll_interval: float | None = None,
+        max_poll_interval: float | None = None,
+        on_status: StatusCallback | None = None,
+    ) -> Invoke:
+        """The invoke once `done`; raises `InvokeFailed` (and subclasses) if it ended
+        otherwise, `WaitTimeout` after `timeout` seconds (the invoke goes on)."""
+        return self._run(
+            _api.wait(
+                self.config,
+                invoke_id,
+                timeout,
+                poll_interval=poll_interval,
+                max_poll_interval=max_poll_interval,
+                on_status=on_status,
+            )
+        )
+
+    def outputs(self, invoke: Invoke | str) -> InvokeOutputs:
+        """The outputs of a done invoke (inline, or downloaded from the platform)."""
+        if isinstance(invoke, str):
+            invoke = self.get_invoke(invoke)
+        return self._run(_api.outputs(self.config, invoke))
+
+    def invoke_and_wait(
+        self,
+        runtime: RuntimeName | str,
+        model: ArraysOrFile,
+        inputs: ArraysOrFile = None,
+        *,
+        wait_timeout: float | None = None,
+        poll_interval: float | None = None,
+        on_status: StatusCallback | None = None,
+        **options: Unpack[InvokeOptions],
+    ) -> InvokeOutputs:
+        """Upload what is local (paths, bytes, files, numpy arrays; URLs are used as they
+        are), invoke, wait, and return the outputs."""
+        return self._run(
+            _api.invoke_and_wait(
+                self.config,
+                runtime,
+                model,
+                inputs,
+                options,
+                wait_timeout=wait_timeout,
+                poll_interval=poll_interval,
+                on_status=on_status,
+            )
+        )
+
+    def logs(self, invoke_id: str) -> str:
+        return self._run(_api.logs(self.config, invoke_id))
+
+    def follow_logs(self, invoke_id: str, *, poll_interval: float = 1.0) -> Iterator[str]:
+        """Log text as it arrives, until the invoke has ended and everything is read."""
+        after = 0
+        while True:
+            page = self._run(_api.logs_page(self.config, invoke_id, after))
+            if page.text:
+                yield page.text
+                after = page.cursor
+                continue
+            if page.status.terminal:
+                return
+            time.sleep(poll_interval)
+
+    def cancel(self, invoke_id: str) -> Invoke:
+        """Queued: canceled at once. Running: its node stops it shortly."""
+        return self._run(_api.cancel(self.config, invoke_id))
+
+    # Sessions
+
+    def session(
+        self,
+        model: ArraysOrFile,
+        runtime: RuntimeName | str = RuntimeName.ONNX_CUDA,
+        *,
+        recreate: bool = False,
+        ready_timeout: float = 600.0,
+        **options: Any,
+    ) -> SessionHandle:
+        """Load `model` (a URL, path, bytes or file) on a node and keep it there.
+
+        Options are those of `POST /v1/gpu/sessions` (`idle_timeout_sec`, `max_batch`,
+        `max_concurrency`, placement). Use the handle as a context manager: leaving it
+        closes the session. `recreate=True` opens a new session when this one ended
+        under you (node lost, idle timeout) and sends the forward again.
+        """
+
+        def reopen() -> Session:
+            flow = _sessions.open_session(
+                self.config, model, runtime, options, ready_timeout=ready_timeout
+            )
+            return self._run(flow)
+
+        return SessionHandle(self.config, self._run, reopen, recreate=recreate)
+
+    # Training
+
+    def train_catboost(
+        self,
+        X: Any,
+        y: Any,
+        params: Mapping[str, Any] | None = None,
+        eval_set: tuple[Any, ...] | None = None,
+        cat_features: Sequence[int | str] | None = None,
+        gpu: bool = True,
+        *,
+        task: str | None = None,
+        group_id: Any = None,
+        weight: Any = None,
+        feature_names: Sequence[str] | None = None,
+        eval_fraction: float | None = None,
+        outputs: Sequence[str] = ("cbm",),
+        wait_timeout: float | None = None,
+        **options: Unpack[InvokeOptions],
+    ) -> _catboost.TrainedModel:
+        """Train on the platform and return `(model, report)`: a loaded CatBoost model and
+        its metrics, learning curves and feature importances."""
+        return self._run(
+            _catboost.train_catboost(
+                self.config,
+                X,
+                y,
+                params,
+                eval_set=eval_set,
+                cat_features=cat_features,
+                gpu=gpu,
+                task=task,
+                group_id=group_id,
+                weight=weight,
+                feature_names=feature_names,
+                eval_fraction=eval_fraction,
+                outputs=outputs,
+                wait_timeout=wait_timeout,
+                options=options,
+            )
+        )
