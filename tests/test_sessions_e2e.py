@@ -273,3 +273,51 @@ async def test_the_sdk_recreates_a_session_whose_node_died_when_asked(live: Live
         assert outputs["label"].tolist() == DIGITS_EXPECTED_LABELS[:1]
         assert resilient.id != old_id
         await resilient.close()
+
+
+async def test_a_forward_sent_while_starting_waits_for_ready(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpu_share.coordinator.services import sessions as session_service
+
+    live.agent()
+    await channel_up(live)
+    monkeypatch.setattr(session_service, "CREATE_WAIT_SEC", 0.0)  # answer `starting` at once
+    model_url = await live.upload(DIGITS_MODEL.read_bytes(), "model")
+    created = await live.http.post(
+        "/v1/gpu/sessions",
+        json={"runtime": "onnx_cpu", "model_url": model_url},
+        headers=live.tenant_headers,
+    )
+    assert created.json()["status"] == "starting"
+    response = await forward(live, created.json()["id"], npz_bytes(input=ROWS[:1]))
+    assert response.status_code == 200
+    assert npz(response.content)["label"].tolist() == DIGITS_EXPECTED_LABELS[:1]
+
+
+async def test_deleting_a_session_answers_forwards_in_flight(live: Live) -> None:
+    from gpu_share.testing.models import slow_model
+
+    live.agent()
+    await channel_up(live)
+    model_url = await live.upload(slow_model(200_000_000), "model")
+    created = await live.http.post(
+        "/v1/gpu/sessions",
+        json={"runtime": "onnx_cpu", "model_url": model_url},
+        headers=live.tenant_headers,
+    )
+    session_id = created.json()["id"]
+    for _ in range(100):
+        if (
+            await live.http.get(f"/v1/gpu/sessions/{session_id}", headers=live.tenant_headers)
+        ).json()["status"] == "ready":
+            break
+        await asyncio.sleep(0.05)
+    in_flight = asyncio.create_task(forward(live, session_id, npz_bytes(x=np.zeros(1, np.float32))))
+    await asyncio.sleep(0.5)  # the model is busy with it now
+    assert not in_flight.done()
+    deleted = await live.http.delete(f"/v1/gpu/sessions/{session_id}", headers=live.tenant_headers)
+    assert deleted.json()["status"] == "closed"
+    response = await asyncio.wait_for(in_flight, timeout=10)  # answered, not left hanging
+    assert response.status_code == 409
+    assert "deleted" in response.json()["error"]["message"]
