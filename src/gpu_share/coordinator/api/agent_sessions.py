@@ -1,5 +1,6 @@
 """The agent's persistent WebSocket for sessions (see `gpu_share.protocol.sessions`)."""
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -58,8 +59,11 @@ async def agent_channel(websocket: WebSocket) -> None:
             log.warning(
                 "node %s dropped its session channel; %d session(s) failed", node_id, len(lost)
             )
-            with contextlib.suppress(Exception):
-                await sessions.on_node_lost(runtime, lost)
+            # The server may cancel this handler as the connection dies; the record of
+            # the failure must be written all the same.
+            recording = asyncio.ensure_future(sessions.on_node_lost(runtime, lost))
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(recording)
 
 
 def _on_frame(runtime: Runtime, frame: bytes) -> None:

@@ -7,6 +7,7 @@ not touch the database: counters and last use are flushed by `maintain`.
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -30,6 +31,8 @@ from gpu_share.protocol.sessions import (
     SessionError,
     SessionStatus,
 )
+
+log = logging.getLogger(__name__)
 
 OPEN_VALUES = [SessionStatus.STARTING.value, SessionStatus.READY.value]
 MIN_RESERVATION_MB = 256
@@ -382,12 +385,14 @@ async def on_failed(runtime: Runtime, node_id: str, session_id: str, error: Sess
 
 
 async def on_node_lost(runtime: Runtime, lost: list[LiveSession]) -> None:
+    """Record the failure; the hub keeps answering for these sessions until it is written."""
     now = runtime.clock.now()
-    try:
-        for live in lost:
+    for live in lost:
+        try:
             await _finish(runtime, live.id, SessionStatus.FAILED, now, live.error)
-    finally:
-        runtime.sessions.forget([live.id for live in lost])
+        except Exception:  # the upkeep loop fails it later as unheld (STALE_AFTER_SEC)
+            log.exception("could not record that session %s failed", live.id)
+    runtime.sessions.forget([live.id for live in lost])
 
 
 # Background upkeep
