@@ -289,3 +289,57 @@ def test_the_installed_entry_point_reads_its_configuration_from_the_environment(
         check=True,
     ).stdout
     assert "3  the server could not be reached" in help_text
+
+
+# session
+
+
+def test_session_runs_several_inputs_through_one_loaded_model(
+    stack: LiveStack, key: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rows = np.load(DIGITS_INPUTS)["input"]
+    first, second = tmp_path / "first.npz", tmp_path / "second.npz"
+    np.savez(first, input=rows[:2])
+    np.savez(second, input=rows[2:5])
+    code, out, err = gpu_share(
+        capsys,
+        "session",
+        *connected(stack, key),
+        "--runtime",
+        "onnx_cpu",
+        "--model",
+        str(DIGITS_MODEL),
+        "--inputs",
+        str(first),
+        "--inputs",
+        str(second),
+        "--output-dir",
+        str(tmp_path / "out"),
+    )
+    assert code == 0, err
+    assert f"label: int64[2] = {DIGITS_EXPECTED_LABELS[:2]}" in out
+    assert f"label: int64[3] = {DIGITS_EXPECTED_LABELS[2:5]}" in out
+    assert out.rstrip().endswith("closed")
+    with np.load(tmp_path / "out" / "second.out.npz") as saved:
+        assert saved["label"].tolist() == DIGITS_EXPECTED_LABELS[2:5]
+
+
+def test_session_with_bad_inputs_exits_2_and_closes(
+    stack: LiveStack, key: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, not_the_input=np.zeros((1, 64), np.float32))
+    code, out, _ = gpu_share(
+        capsys,
+        "session",
+        *connected(stack, key),
+        "--runtime",
+        "onnx_cpu",
+        "--model",
+        str(DIGITS_MODEL),
+        "--inputs",
+        str(wrong),
+        "--json",
+    )
+    assert code == 2
+    assert "not_the_input" in json.loads(out)["error"]["message"]
