@@ -261,3 +261,44 @@ async def test_four_agents_two_hundred_invokes_each_done_exactly_once(
     states = [await status_of(client, tenant, i) for i in ids]
     assert {(s["status"], s["attempts"]) for s in states} == {("done", 1)}
     assert sum(1 for a in agents if a.leased) >= 2, "the work was shared"
+
+
+async def test_gpu_jobs_are_not_leased_into_memory_sessions_hold(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+) -> None:
+    from sqlalchemy import update
+
+    from gpu_share.coordinator.orm import SessionRow
+
+    gpu = await sim_agent(
+        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100], slots=2)
+    )
+    async with app.state.runtime.db.write() as session:
+        session.add(
+            SessionRow(
+                id="ses_held",
+                tenant_id=tenant.id,
+                node_id=gpu.node_id,
+                status="ready",
+                runtime="onnx_cuda",
+                model_url="https://example.com/m.onnx",
+                idle_timeout_sec=300,
+                max_concurrency=1,
+                reserved_mb=80_000,
+                created_at=clock.now(),
+                touched_at=clock.now(),
+                forward_count=0,
+            )
+        )
+    job_id = await submit(client, tenant, {**HELLO_WORLD, "min_vram_gb": 10})
+    cpu_id = await submit(client, tenant)
+    assert [j.invoke_id for j in await gpu.lease(slots=2)] == [cpu_id]  # CPU work still runs
+    async with app.state.runtime.db.write() as session:
+        await session.execute(
+            update(SessionRow).where(SessionRow.id == "ses_held").values(status="closed")
+        )
+    assert [j.invoke_id for j in await gpu.lease(slots=2)] == [job_id]

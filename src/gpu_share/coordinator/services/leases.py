@@ -82,11 +82,16 @@ async def claim(
         .order_by(*order)
         .limit(CANDIDATES)
     )
+    # GPU jobs share the node's memory with the sessions it holds (SPEC §4.1).
+    free_vram_mb = nodes.gpu_memory_mb(node) - (
+        (await nodes.session_reservations(session)).get(node_id, 0)
+    )
     eligible = [
         invoke_id
         for invoke_id, runtime, gpus, constraints in peek.all()
         if gpus <= request.free_gpus
         and serves(node, Requirements.from_parts(runtime, gpus, constraints))
+        and fits_beside_sessions(runtime, constraints, free_vram_mb)
     ]
     if not eligible:
         return []
@@ -111,6 +116,15 @@ async def claim(
             jobs.append(job)
             free_gpus -= row.gpus
     return jobs
+
+
+MIN_JOB_VRAM_MB = 256
+
+
+def fits_beside_sessions(runtime: str, constraints: dict[str, Any], free_vram_mb: int) -> bool:
+    if not RuntimeName(runtime).needs_gpu:
+        return True
+    return free_vram_mb >= (constraints.get("min_vram_mb") or MIN_JOB_VRAM_MB)
 
 
 async def artifact_ref(

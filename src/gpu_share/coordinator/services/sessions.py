@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.errors import ApiError, Conflict, Gone, NotFound, Unavailable
@@ -73,9 +73,7 @@ def to_wire(row: SessionRow, live: LiveSession | None = None) -> Session:
 
 
 def _capacity_mb(node: NodeRow, needs_gpu: bool) -> int:
-    if needs_gpu:
-        return sum(int(g.get("vram_mb", 0)) for g in node.gpus)
-    return node.ram_mb // 2
+    return nodes.gpu_memory_mb(node) if needs_gpu else node.ram_mb // 2
 
 
 async def _choose_node(
@@ -97,15 +95,7 @@ async def _choose_node(
             code=ErrorCode.NO_CAPACITY,
             headers={"Retry-After": "30"},
         )
-    reserved = dict(
-        (
-            await session.execute(
-                select(SessionRow.node_id, func.sum(SessionRow.reserved_mb))
-                .where(SessionRow.status.in_(OPEN_VALUES))
-                .group_by(SessionRow.node_id)
-            )
-        ).all()
-    )
+    reserved = await nodes.session_reservations(session)
     free = {
         n.id: _capacity_mb(n, req.runtime.needs_gpu) - int(reserved.get(n.id) or 0)
         for n in candidates
