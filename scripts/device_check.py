@@ -1,9 +1,9 @@
 """What a GPU machine looks like to the agent: run it there (`python scripts/device_check.py`).
 
 Prints NVML discovery and one telemetry reading, then the runtimes the agent would
-advertise. Exits 1 if NVML lists no GPU or a `*_cuda` runtime is claimed without its
-probe having run on the GPU. Needs only nvidia-ml-py, psutil and pydantic from the
-agent's dependencies (onnxruntime/catboost are probed if present).
+advertise (a `*_cuda` runtime only if its probe really ran on the GPU). Exits 1 if
+NVML lists no GPU. Needs nvidia-ml-py, psutil and pydantic; onnxruntime and CatBoost
+are probed when present.
 """
 
 import json
