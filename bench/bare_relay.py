@@ -44,7 +44,7 @@ def run_peer(model: str, port: int, threads: int) -> None:
             await ws.send(request_id + answer)
 
     async def main() -> None:
-        async with serve(handler, "127.0.0.1", port, max_size=1 << 28):
+        async with serve(handler, "127.0.0.1", port, max_size=1 << 28, compression=None):
             await asyncio.Future()
 
     asyncio.run(main())
@@ -72,7 +72,7 @@ def relay_app(peer_port: int) -> Callable[[Scope, Any, Any], Awaitable[None]]:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
-                    ws = await connect(f"ws://127.0.0.1:{peer_port}", max_size=1 << 28)
+                    ws = await connect(f"ws://127.0.0.1:{peer_port}", max_size=1 << 28, compression=None)
                     state["ws"] = ws
                     state["reader"] = asyncio.create_task(reader(ws))
                     await send({"type": "lifespan.startup.complete"})

@@ -97,6 +97,7 @@ class SessionHost:
                     self.url,
                     additional_headers={"Authorization": f"Bearer {self.ctx.client.key}"},
                     max_size=MAX_MESSAGE,
+                    compression=None,  # NPZ payloads gain little and cost CPU on both ends
                     ping_interval=10,
                     ping_timeout=20,
                     open_timeout=15,
