@@ -227,9 +227,12 @@ async def _owned(session: AsyncSession, tenant_id: str, session_id: str) -> Sess
 
 
 async def get(runtime: Runtime, tenant_id: str, session_id: str) -> Session:
+    # The live state first: the hub forgets a session only after its row is final, so
+    # a row read now is final whenever the hub no longer knew the session before it.
+    live = runtime.sessions.sessions.get(session_id)
     async with runtime.db.read() as session:
         row = await _owned(session, tenant_id, session_id)
-    return to_wire(row, runtime.sessions.sessions.get(session_id))
+    return to_wire(row, live)
 
 
 async def list_for_tenant(
@@ -238,9 +241,10 @@ async def list_for_tenant(
     query = select(SessionRow).where(SessionRow.tenant_id == tenant_id)
     if not include_closed:
         query = query.where(SessionRow.status.in_(OPEN_VALUES))
+    live = dict(runtime.sessions.sessions)  # before the read, as in `get`
     async with runtime.db.read() as session:
         rows = (await session.scalars(query.order_by(SessionRow.id.desc()).limit(limit))).all()
-    return [to_wire(row, runtime.sessions.sessions.get(row.id)) for row in rows]
+    return [to_wire(row, live.get(row.id)) for row in rows]
 
 
 async def _finish(
