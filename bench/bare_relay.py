@@ -72,7 +72,9 @@ def relay_app(peer_port: int) -> Callable[[Scope, Any, Any], Awaitable[None]]:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
-                    ws = await connect(f"ws://127.0.0.1:{peer_port}", max_size=1 << 28, compression=None)
+                    ws = await connect(
+                        f"ws://127.0.0.1:{peer_port}", max_size=1 << 28, compression=None
+                    )
                     state["ws"] = ws
                     state["reader"] = asyncio.create_task(reader(ws))
                     await send({"type": "lifespan.startup.complete"})
