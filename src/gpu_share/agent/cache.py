@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,9 +106,6 @@ class ArtifactCache:
             await asyncio.to_thread(self.evict)
             return CachedFile(target, fetched.sha256, fetched.size, downloaded=True)
 
-    def temporary_path(self) -> Path:
-        return self._tmp / f"dl-{secrets.token_hex(8)}"
-
     def pin(self, sha256: str) -> None:
         self._pinned[sha256] = self._pinned.get(sha256, 0) + 1
 
@@ -144,5 +140,5 @@ class ArtifactCache:
             total -= size
             removed += 1
         if removed:
-            log.info("cache: evicted %d objects at %s", removed, time.strftime("%H:%M:%S"))
+            log.info("cache: evicted %d objects", removed)
         return removed

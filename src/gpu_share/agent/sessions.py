@@ -17,7 +17,7 @@ import shutil
 import socket
 import struct
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,8 +50,6 @@ log = logging.getLogger(__name__)
 SOCKET_NAME = "session.sock"
 START_TIMEOUT_SEC = 300.0
 MAX_MESSAGE = 256 * 1024 * 1024
-
-Send = Callable[[str | bytes], Awaitable[None]]
 
 
 @dataclass

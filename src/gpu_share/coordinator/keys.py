@@ -5,7 +5,6 @@ to brute-force, and lookups stay one indexed equality.
 """
 
 import hashlib
-import hmac
 import secrets
 
 from gpu_share.protocol.accounts import Role
@@ -45,7 +44,3 @@ def role_of(key: str) -> Role | None:
         if key.startswith(prefix):
             return role
     return None
-
-
-def same_key(a: str, b: str) -> bool:
-    return hmac.compare_digest(a.encode(), b.encode())

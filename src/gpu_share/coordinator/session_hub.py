@@ -205,9 +205,6 @@ class SessionHub:
             if live.status.open and not live.inflight and idle_for > live.idle_timeout_sec:
                 yield live
 
-    def on_node(self, node_id: str) -> list[LiveSession]:
-        return [s for s in self.sessions.values() if s.node_id == node_id]
-
     async def close_all(self, reason: str) -> None:
         for session_id in list(self.sessions):
             await self.close(session_id, reason, status=SessionStatus.FAILED)

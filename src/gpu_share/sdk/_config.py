@@ -60,9 +60,6 @@ class RetryPolicy:
         return max(self.backoff(attempt), retry_after or 0.0)
 
 
-NO_RETRIES = RetryPolicy(max_attempts=1)
-
-
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     """`Retry-After` as seconds: either form of RFC 9110 (delta-seconds or an HTTP date)."""
     raw = headers.get("retry-after")

@@ -38,31 +38,6 @@ def slow_model(iterations: int) -> bytes:
     return bytes(model.SerializeToString())
 
 
-def dense_model(layers: int, width: int, *, seed: int = 0) -> bytes:
-    """x: float32[?, width] through `layers` MatMul+Relu layers: compute that scales."""
-    rng = np.random.default_rng(seed)
-    nodes = []
-    initializers = []
-    current = "x"
-    for i in range(layers):
-        weight = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
-        initializers.append(numpy_helper.from_array(weight, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [current, f"w{i}"], [f"m{i}"]))
-        nodes.append(helper.make_node("Relu", [f"m{i}"], [f"h{i}"]))
-        current = f"h{i}"
-    nodes.append(helper.make_node("Identity", [current], ["y"]))
-    graph = helper.make_graph(
-        nodes,
-        "dense",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, width])],
-        initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return bytes(model.SerializeToString())
-
-
 def busy_model(layers: int, width: int, fan_out: int, *, seed: int = 0) -> bytes:
     """x: float32[1, width] → y: float32[1, width], with `fan_out` rows of work inside.
 

@@ -166,9 +166,9 @@ async def upload(
         )
     except BaseException:
         await writer.drain_quietly()
-        await asyncio.to_thread(sink.abort)
         raise
-    await asyncio.to_thread(sink.abort)  # a no-op once published; frees it when deduplicated
+    finally:
+        await asyncio.to_thread(sink.abort)  # discards what was not published; else a no-op
     return to_wire(row, base_url)
 
 

@@ -16,15 +16,15 @@ from gpu_share.coordinator.errors import Conflict, NotFound
 from gpu_share.coordinator.orm import ArtifactRow, InvokeLogRow, InvokeRow, NodeRow
 from gpu_share.coordinator.services import nodes
 from gpu_share.coordinator.services.artifacts import artifact_url
+from gpu_share.coordinator.services.nodes import ACTIVE_VALUES
 from gpu_share.coordinator.services.placement import Requirements, serves
 from gpu_share.coordinator.services.signing import UrlSigner
 from gpu_share.coordinator.settings import Settings
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.errors import ErrorCode
-from gpu_share.protocol.invokes import ACTIVE, InvokeStatus, OutputsUpload
+from gpu_share.protocol.invokes import InvokeStatus, OutputsUpload
 from gpu_share.protocol.runtimes import RuntimeName
 
-ACTIVE_VALUES = [s.value for s in ACTIVE]
 CANDIDATES = 64  # queued rows examined per claim
 
 

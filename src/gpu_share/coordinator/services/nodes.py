@@ -2,7 +2,7 @@
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.errors import NotFound
@@ -22,6 +22,7 @@ from gpu_share.protocol.nodes import (
     Tier,
 )
 from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.protocol.sessions import SessionStatus
 
 ACTIVE_VALUES = [s.value for s in ACTIVE]
 
@@ -71,10 +72,6 @@ async def update_inventory(
     _apply_inventory(row, inventory)
     row.last_seen_at = now
     return row
-
-
-async def touch(session: AsyncSession, node_id: str, now: datetime) -> None:
-    await session.execute(update(NodeRow).where(NodeRow.id == node_id).values(last_seen_at=now))
 
 
 async def _running_counts(session: AsyncSession) -> dict[str, int]:
@@ -179,7 +176,7 @@ async def any_node_serves(
     return any(serves(node, req) for node in await live_nodes(session, now, settings))
 
 
-OPEN_SESSION_VALUES = ["starting", "ready"]
+OPEN_SESSION_VALUES = [s.value for s in SessionStatus if s.open]
 
 
 async def session_reservations(session: AsyncSession) -> dict[str, int]:

@@ -34,7 +34,7 @@ from gpu_share.protocol.sessions import (
 
 log = logging.getLogger(__name__)
 
-OPEN_VALUES = [SessionStatus.STARTING.value, SessionStatus.READY.value]
+OPEN_VALUES = nodes.OPEN_SESSION_VALUES
 MIN_RESERVATION_MB = 256
 CREATE_WAIT_SEC = 2.0  # answer `ready` at once when the model loads that fast
 START_WAIT_SEC = 300.0  # a forward to a starting session waits this long for it
