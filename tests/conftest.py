@@ -18,8 +18,8 @@ from pydantic import SecretStr
 
 from gpu_share.coordinator import migrate
 from gpu_share.coordinator.app import create_app
-from gpu_share.coordinator.orm import Base
-from gpu_share.coordinator.settings import Settings
+from gpu_share.coordinator.core.orm import Base
+from gpu_share.coordinator.core.settings import Settings
 from gpu_share.protocol import agent as wire
 from gpu_share.testing.clock import FrozenClock, SystemClock
 from gpu_share.testing.databases import (

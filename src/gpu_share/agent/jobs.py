@@ -8,7 +8,6 @@ the lease is stale, the job is stopped and nothing is reported.
 import asyncio
 import base64
 import contextlib
-import hashlib
 import logging
 import shutil
 import sys
@@ -24,13 +23,19 @@ from gpu_share.agent.fetching import fetch
 from gpu_share.agent.gpu import Gpu, Nvml
 from gpu_share.agent.jobfiles import UnsafeJobFile, copy_out, read_small
 from gpu_share.agent.logstream import LogStream
-from gpu_share.agent.runtimes.jobspec import RUNTIME_MODULES, JobSpec, RuntimeResult
+from gpu_share.agent.runtimes.jobspec import (
+    RUNTIME_MODULES,
+    JobSpec,
+    RuntimeMetrics,
+    RuntimeResult,
+)
 from gpu_share.agent.sandbox import Sandbox, SandboxedProcess, SandboxSpec
 from gpu_share.agent.settings import AgentSettings
+from gpu_share.hashing import sha256_file
 from gpu_share.netguard import FetchError, SafeFetcher
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.errors import ErrorCode
-from gpu_share.protocol.invokes import InvokeError, Metrics
+from gpu_share.protocol.invokes import InvokeError, InvokeResult, InvokeStatus, Metrics
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +61,6 @@ class Outcome:
     def __init__(self) -> None:
         self.canceled = asyncio.Event()
         self.dropped = asyncio.Event()
-
-
-def _sha256_file(path: Path) -> str:
-    hasher = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            hasher.update(chunk)
-    return hasher.hexdigest()
 
 
 class Job:
@@ -125,33 +122,46 @@ class Job:
             log.info("invoke %s: the coordinator refused the result (lease stale)", self.invoke_id)
 
     def _failed(self, code: str, message: str, started: float) -> wire.ResultReport:
+        return self._ended(InvokeStatus.FAILED, InvokeError(code=code, message=message), started)
+
+    def _ended(
+        self,
+        status: InvokeStatus,
+        error: InvokeError,
+        started: float,
+        download_ms: int | None = None,
+        runtime: RuntimeMetrics | None = None,
+    ) -> wire.ResultReport:
+        metrics = self._metrics(runtime, started, download_ms)
         return wire.ResultReport(
             lease_token=self.lease.lease_token,
-            status="failed",
-            error=InvokeError(code=code, message=message),
-            metrics=self._metrics({}, started, None),
+            status=status,
+            error=error,
+            result=InvokeResult(metrics=metrics),
         )
 
     def _metrics(
-        self, runtime: dict[str, object], started: float, download_ms: int | None
+        self, runtime: RuntimeMetrics | None, started: float, download_ms: int | None
     ) -> Metrics:
-        device = runtime.get("device", "cuda" if self.lease.runtime.needs_gpu else "cpu")
-        gpu_model = runtime.get("gpu_model") or (
-            self.gpus[0].info.model if self.gpus and device == "cuda" else None
+        """What ran, as the runtime saw it, with what only the agent measures added."""
+        duration_ms = int((time.monotonic() - started) * 1000)
+        if runtime is None:  # nothing ran: say where it would have
+            device = "cuda" if self.lease.runtime.needs_gpu and self.gpus else "cpu"
+            return Metrics(device=device, duration_ms=duration_ms, download_ms=download_ms)
+        gpu_model = runtime.gpu_model or (
+            self.gpus[0].info.model if self.gpus and runtime.device == "cuda" else None
         )
-        known = {
-            "device": device,
-            "execution_provider": runtime.get("execution_provider"),
-            "gpu_model": gpu_model,
-            "duration_ms": int((time.monotonic() - started) * 1000),
-            "compute_ms": runtime.get("compute_ms"),
-            "download_ms": download_ms,
-            "peak_rss_bytes": runtime.get("peak_rss_bytes"),
-            "peak_gpu_memory_bytes": self._peak_gpu_bytes,
-        }
-        extra = dict(runtime.get("extra") or {})  # type: ignore[call-overload]
-        extra.update({k: v for k, v in runtime.items() if k not in known and k != "extra"})
-        return Metrics.model_validate({**known, "extra": extra})
+        return Metrics(
+            device=runtime.device,
+            execution_provider=runtime.execution_provider,
+            gpu_model=gpu_model,
+            duration_ms=duration_ms,
+            compute_ms=runtime.compute_ms,
+            download_ms=download_ms,
+            peak_rss_bytes=runtime.peak_rss_bytes,
+            peak_gpu_memory_bytes=self._peak_gpu_bytes,
+            extra={**runtime.extra, "load_ms": runtime.load_ms},
+        )
 
     async def _execute(self, started: float) -> wire.ResultReport | None:
         lease = self.lease
@@ -216,14 +226,10 @@ class Job:
                 else "canceled by the tenant; the job was stopped"
             )
             self.logs.line(message)
-            return wire.ResultReport(
-                lease_token=lease.lease_token,
-                status=stopped,
-                error=InvokeError(
-                    code=ErrorCode.TIMEOUT if stopped == "timeout" else ErrorCode.CANCELED,
-                    message=message,
-                ),
-                metrics=self._metrics({}, started, download_ms),
+            status = InvokeStatus.TIMEOUT if stopped == "timeout" else InvokeStatus.CANCELED
+            code = ErrorCode.TIMEOUT if stopped == "timeout" else ErrorCode.CANCELED
+            return self._ended(
+                status, InvokeError(code=code, message=message), started, download_ms
             )
         result = self._read_result()
         if result is None:
@@ -233,17 +239,14 @@ class Job:
                 + (" (killed: probably out of memory)" if exit_code in (-9, 137) else "")
                 + "; see the log",
             )
-        runtime_metrics = result.metrics.model_dump() if result.metrics else {}
-        metrics = self._metrics(runtime_metrics, started, download_ms)
         if not result.ok:
             assert result.error is not None
             self.logs.line(f"runtime error {result.error.code}: {result.error.message}")
-            return wire.ResultReport(
-                lease_token=lease.lease_token,
-                status="failed",
-                error=InvokeError(code=result.error.code, message=result.error.message),
-                metrics=metrics,
+            failure = InvokeError(code=result.error.code, message=result.error.message)
+            return self._ended(
+                InvokeStatus.FAILED, failure, started, download_ms, runtime=result.metrics
             )
+        metrics = self._metrics(result.metrics, started, download_ms)
         assert result.outputs is not None
         outputs_path = self.staging / "outputs"
         try:
@@ -252,12 +255,13 @@ class Job:
             raise JobFailed(
                 ErrorCode.RUNTIME_ERROR, f"the runtime's outputs could not be read: {exc}"
             ) from exc
-        outputs, error = await self._deliver(outputs_path, result.outputs_format or "npz")
+        delivered, error = await self._deliver(
+            outputs_path, result.outputs_format or "npz", metrics
+        )
         return wire.ResultReport(
             lease_token=lease.lease_token,
-            status="failed" if error else "done",
-            outputs=outputs,
-            metrics=metrics,
+            status=InvokeStatus.FAILED if error else InvokeStatus.DONE,
+            result=delivered,
             error=error,
         )
 
@@ -341,10 +345,16 @@ class Job:
             await asyncio.sleep(0.5)
 
     async def _deliver(
-        self, path: Path, fmt: str
-    ) -> tuple[wire.ReportedOutputs, InvokeError | None]:
+        self, path: Path, fmt: str, metrics: Metrics
+    ) -> tuple[InvokeResult, InvokeError | None]:
         """Inline, the tenant's presigned URL, or platform storage — in that order of fit."""
-        size, sha = await asyncio.to_thread(lambda: (path.stat().st_size, _sha256_file(path)))
+        size, sha = await asyncio.to_thread(lambda: (path.stat().st_size, sha256_file(path)))
+
+        def result(**where: str) -> InvokeResult:
+            return InvokeResult(
+                outputs_format=fmt, outputs_size=size, outputs_sha256=sha, metrics=metrics, **where
+            )
+
         upload = self.lease.outputs_upload
         if upload is not None:
             try:
@@ -356,7 +366,7 @@ class Job:
                     timeout=self.ctx.settings.download_timeout_sec,
                 )
                 self.logs.line(f"outputs: {size} bytes uploaded to outputs_upload (HTTP {status})")
-                return wire.ReportedOutputs(format=fmt, size=size, sha256=sha, url=upload.url), None
+                return result(outputs_url=upload.url), None
             except FetchError as exc:
                 message = (
                     f"outputs_upload failed: {exc.message}; "
@@ -366,16 +376,14 @@ class Job:
                 stored = await self.ctx.client.store_outputs(
                     self.invoke_id, self.lease.lease_token, path, sha
                 )
-                outputs = wire.ReportedOutputs(format=fmt, size=size, sha256=sha, url=stored.url)
-                return outputs, InvokeError(code=ErrorCode.OUTPUT_UPLOAD_FAILED, message=message)
+                error = InvokeError(code=ErrorCode.OUTPUT_UPLOAD_FAILED, message=message)
+                return result(outputs_url=stored.url), error
         if size <= self.lease.inline_limit_bytes:
             data = await asyncio.to_thread(path.read_bytes)
             self.logs.line(f"outputs: {size} bytes inline")
-            return wire.ReportedOutputs(
-                format=fmt, size=size, sha256=sha, inline_base64=base64.b64encode(data).decode()
-            ), None
+            return result(outputs_inline_base64=base64.b64encode(data).decode()), None
         stored = await self.ctx.client.store_outputs(
             self.invoke_id, self.lease.lease_token, path, sha
         )
         self.logs.line(f"outputs: {size} bytes stored as {stored.artifact_id}")
-        return wire.ReportedOutputs(format=fmt, size=size, sha256=sha, url=stored.url), None
+        return result(outputs_url=stored.url), None

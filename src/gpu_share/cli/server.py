@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gpu_share.coordinator.app import create_app
-    from gpu_share.coordinator.settings import Settings
+    from gpu_share.coordinator.core.settings import Settings
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -68,8 +68,8 @@ async def _serve(args: argparse.Namespace) -> int:
     from gpu_share.agent.worker import Agent
     from gpu_share.coordinator import embedded
     from gpu_share.coordinator.app import create_app
-    from gpu_share.coordinator.clock import SystemClock
-    from gpu_share.coordinator.settings import Settings
+    from gpu_share.coordinator.core.clock import SystemClock
+    from gpu_share.coordinator.core.settings import Settings
     from gpu_share.protocol.runtimes import RuntimeName
 
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}

@@ -31,18 +31,18 @@ from gpu_share.coordinator.api import (
     nodes,
     sessions,
 )
-from gpu_share.coordinator.clock import Clock, SystemClock
-from gpu_share.coordinator.db import Database
-from gpu_share.coordinator.errors import ApiError
+from gpu_share.coordinator.core.clock import Clock, SystemClock
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.errors import ApiError
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.core.signing import load_signer
 from gpu_share.coordinator.loops import artifact_sweep, lease_expiry, session_upkeep
 from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
-from gpu_share.coordinator.notify import notifier_for
-from gpu_share.coordinator.principals import PrincipalCache
-from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.replica.key_cache import KeyCache
+from gpu_share.coordinator.replica.notify import notifier_for
+from gpu_share.coordinator.replica.session_hub import SessionHub
+from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.accounts import ensure_admin_key
-from gpu_share.coordinator.services.signing import load_signer
-from gpu_share.coordinator.session_hub import SessionHub
-from gpu_share.coordinator.settings import Settings
 from gpu_share.coordinator.storage import ArtifactStore, LocalArtifactStore
 from gpu_share.netguard import SafeFetcher, UrlPolicy
 from gpu_share.protocol.errors import ErrorCode, ErrorResponse
@@ -220,7 +220,7 @@ def create_app(
         the_clock = clock or SystemClock()
         notifier = notifier_for(settings.database_url)
         await notifier.start()
-        runtime = Runtime(
+        replica = Replica(
             settings=settings,
             db=db,
             store=store or LocalArtifactStore(settings.artifacts_path),
@@ -228,24 +228,24 @@ def create_app(
             notifier=notifier,
             signer=await load_signer(db, the_clock.now()),
             fetcher=SafeFetcher(UrlPolicy.from_strings(settings.url_allow_networks)),
-            sessions=SessionHub(the_clock),
-            principals=PrincipalCache(the_clock, settings.key_cache_ttl_sec),
+            hub=SessionHub(the_clock),
+            key_cache=KeyCache(the_clock, settings.key_cache_ttl_sec),
         )
         configured = settings.admin_key.get_secret_value() if settings.admin_key else None
         async with db.write() as session:
-            generated = await ensure_admin_key(session, runtime.clock.now(), configured)
+            generated = await ensure_admin_key(session, replica.clock.now(), configured)
         if generated is not None:
             (on_admin_key or _log_admin_key)(generated)
-        app.state.runtime = runtime
-        loops = LoopRunner(runtime, default_jobs(settings) if settings.run_background_loops else [])
+        app.state.replica = replica
+        loops = LoopRunner(replica, default_jobs(settings) if settings.run_background_loops else [])
         loops.start()
         try:
             yield
         finally:
             await loops.stop()
-            await runtime.sessions.close_all("the coordinator is shutting down")
+            await replica.hub.close_all("the coordinator is shutting down")
             await notifier.close()
-            await runtime.fetcher.aclose()
+            await replica.fetcher.aclose()
             await db.dispose()
 
     app = FastAPI(

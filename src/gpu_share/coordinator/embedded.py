@@ -13,12 +13,13 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from gpu_share.coordinator import keys, migrate
-from gpu_share.coordinator.clock import Clock
-from gpu_share.coordinator.db import Database
-from gpu_share.coordinator.orm import ApiKeyRow
+from gpu_share.coordinator import migrate
+from gpu_share.coordinator.core import keys
+from gpu_share.coordinator.core.clock import Clock
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.orm import ApiKeyRow
+from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services import accounts, providers
-from gpu_share.coordinator.settings import Settings
 from gpu_share.protocol.accounts import Role, TenantCreate
 from gpu_share.protocol.providers import ProviderCreate
 

@@ -7,7 +7,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 
-from gpu_share.coordinator.db import null_pool_engine
+from gpu_share.coordinator.core.db import null_pool_engine
 
 _PG_LOCK_KEY = 0x6770755F73686172  # "gpu_shar"
 

@@ -15,11 +15,11 @@ Every call about a leased invoke carries its `lease_token`; a stale token gets 4
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Self
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
-from gpu_share.protocol.invokes import InvokeError, Metrics, OutputsUpload
+from gpu_share.protocol.invokes import InvokeError, InvokeResult, InvokeStatus, OutputsUpload
 from gpu_share.protocol.nodes import GpuInfo, Telemetry
 from gpu_share.protocol.runtimes import RuntimeName
 
@@ -133,22 +133,25 @@ class LogAck(BaseModel):
     verdict: LeaseVerdict
 
 
-class ReportedOutputs(BaseModel):
-    format: str = Field(max_length=20)
-    size: int = Field(ge=0)
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    inline_base64: str | None = Field(default=None, description="When under the inline limit")
-    url: str | None = Field(
-        default=None, description="Where the outputs went: outputs_upload or platform storage"
-    )
-
-
 class ResultReport(BaseModel):
+    """The node's verdict on a leased invoke; the tenant reads `result` and `error` as sent."""
+
     lease_token: str
-    status: Literal["done", "failed", "timeout", "canceled"]
-    outputs: ReportedOutputs | None = None
-    metrics: Metrics | None = None
-    error: InvokeError | None = None
+    status: InvokeStatus = Field(description="A final status: done, failed, timeout or canceled")
+    result: InvokeResult | None = Field(
+        default=None, description="Outputs and metrics; required when done"
+    )
+    error: InvokeError | None = Field(default=None, description="Required unless done")
+
+    @model_validator(mode="after")
+    def _one_verdict(self) -> Self:
+        if not self.status.terminal:
+            raise ValueError("status must be final: done, failed, timeout or canceled")
+        if self.status is InvokeStatus.DONE and (self.result is None or self.error is not None):
+            raise ValueError("a done result carries outputs and metrics and no error")
+        if self.status is not InvokeStatus.DONE and self.error is None:
+            raise ValueError(f"a {self.status.value} result carries the error that ended it")
+        return self
 
 
 class OutputsStored(BaseModel):

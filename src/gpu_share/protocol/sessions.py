@@ -34,7 +34,10 @@ class SessionStatus(StrEnum):
 
     @property
     def open(self) -> bool:
-        return self in (SessionStatus.STARTING, SessionStatus.READY)
+        return self in OPEN_SESSION_STATUSES
+
+
+OPEN_SESSION_STATUSES = frozenset({SessionStatus.STARTING, SessionStatus.READY})
 
 
 class SessionCreate(BaseModel):

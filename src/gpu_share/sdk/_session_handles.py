@@ -15,7 +15,9 @@ from gpu_share.protocol.sessions import Session
 from gpu_share.sdk import _sessions
 from gpu_share.sdk._config import ClientConfig
 from gpu_share.sdk._http import Flow
-from gpu_share.sdk.errors import Gone, GpuShareError
+from gpu_share.sdk.errors import Gone, GpuShareError, SessionClosed
+
+ENDED = (SessionClosed, Gone)  # the session is over; `recreate` opens a new one
 
 T = TypeVar("T")
 
@@ -42,7 +44,7 @@ class SessionHandle:
     def forward(self, inputs: Mapping[str, Any] | Any) -> dict[str, Any]:
         try:
             outputs: dict[str, Any] = self._run(_sessions.forward(self._config, self.id, inputs))
-        except Gone:
+        except ENDED:
             if not self._recreate:
                 raise
             self.info = self._reopen()
@@ -54,7 +56,7 @@ class SessionHandle:
         return self.info
 
     def close(self) -> None:
-        with contextlib.suppress(Gone):  # already ended: nothing to close
+        with contextlib.suppress(*ENDED):  # already ended: nothing to close
             self.info = self._run(_sessions.close_session(self._config, self.id))
 
     def __enter__(self) -> Self:
@@ -94,7 +96,7 @@ class AsyncSessionHandle:
             outputs: dict[str, Any] = await self._run(
                 _sessions.forward(self._config, self.id, inputs)
             )
-        except Gone:
+        except ENDED:
             if not self._recreate:
                 raise
             self.info = await self._reopen()
@@ -108,7 +110,7 @@ class AsyncSessionHandle:
     async def close(self) -> None:
         if self.info is None:
             return
-        with contextlib.suppress(Gone):
+        with contextlib.suppress(*ENDED):
             self.info = await self._run(_sessions.close_session(self._config, self.id))
 
     async def __aenter__(self) -> Self:

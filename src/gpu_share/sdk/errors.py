@@ -13,6 +13,7 @@
     │   ├── Conflict                409 CONFLICT
     │   ├── ArtifactExpired         410 ARTIFACT_EXPIRED
     │   ├── Gone                    410 GONE
+    │   ├── SessionClosed           410 SESSION_CLOSED: a forward to a session that ended
     │   ├── PayloadTooLarge         413 PAYLOAD_TOO_LARGE
     │   ├── QuotaExceeded           413 QUOTA_EXCEEDED
     │   ├── UnsupportedMediaType    415 UNSUPPORTED_MEDIA_TYPE
@@ -130,6 +131,12 @@ class Gone(ApiError):
     code_name = ErrorCode.GONE
 
 
+class SessionClosed(ApiError):
+    """The session ended (closed, idle timeout, its node lost); `.details["reason"]` says why."""
+
+    code_name = ErrorCode.SESSION_CLOSED
+
+
 class PayloadTooLarge(ApiError):
     code_name = ErrorCode.PAYLOAD_TOO_LARGE
 
@@ -177,6 +184,7 @@ API_ERRORS: dict[str, type[ApiError]] = {
         Conflict,
         ArtifactExpired,
         Gone,
+        SessionClosed,
         PayloadTooLarge,
         QuotaExceeded,
         UnsupportedMediaType,

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from gpu_share.coordinator.settings import Settings
+from gpu_share.coordinator.core.settings import Settings
 from gpu_share.testing.factories import create_provider, create_tenant
 from gpu_share.testing.processes import AgentProcess
 

@@ -15,7 +15,7 @@ import httpx
 
 from gpu_share.agent.client import CoordinatorClient, StaleLease
 from gpu_share.protocol import agent as wire
-from gpu_share.protocol.invokes import Metrics
+from gpu_share.protocol.invokes import InvokeResult, InvokeStatus, Metrics
 from gpu_share.protocol.nodes import GpuInfo
 from gpu_share.protocol.runtimes import RuntimeName
 
@@ -65,14 +65,14 @@ def done_report(
 ) -> wire.ResultReport:
     return wire.ResultReport(
         lease_token=job.lease_token,
-        status="done",
-        outputs=wire.ReportedOutputs(
-            format="npz",
-            size=len(outputs),
-            sha256=hashlib.sha256(outputs).hexdigest(),
-            inline_base64=base64.b64encode(outputs).decode(),
+        status=InvokeStatus.DONE,
+        result=InvokeResult(
+            outputs_format="npz",
+            outputs_size=len(outputs),
+            outputs_sha256=hashlib.sha256(outputs).hexdigest(),
+            outputs_inline_base64=base64.b64encode(outputs).decode(),
+            metrics=Metrics.model_validate({"device": device, "duration_ms": 1}),
         ),
-        metrics=Metrics.model_validate({"device": device, "duration_ms": 1}),
     )
 
 

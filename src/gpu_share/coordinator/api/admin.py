@@ -2,9 +2,9 @@
 
 from fastapi import APIRouter
 
-from gpu_share.coordinator.api.deps import RuntimeDep
+from gpu_share.coordinator.api.auth import AdminPrincipal
+from gpu_share.coordinator.api.deps import ReplicaDep
 from gpu_share.coordinator.api.responses import AUTH, errors
-from gpu_share.coordinator.auth import AdminPrincipal
 from gpu_share.coordinator.services import accounts, providers
 from gpu_share.protocol import accounts as wire
 from gpu_share.protocol.providers import Provider, ProviderCreate, ProviderWithCredentials
@@ -16,16 +16,16 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
     "/tenants", status_code=201, response_model=wire.TenantWithKey, responses=errors(*AUTH, 422)
 )
 async def create_tenant(
-    body: wire.TenantCreate, _admin: AdminPrincipal, runtime: RuntimeDep
+    body: wire.TenantCreate, _admin: AdminPrincipal, replica: ReplicaDep
 ) -> wire.TenantWithKey:
     """Create a tenant with its first key; the key is in this answer only."""
-    async with runtime.db.write() as session:
-        return await accounts.create_tenant(session, body, runtime.clock.now())
+    async with replica.db.write() as session:
+        return await accounts.create_tenant(session, body, replica.clock.now())
 
 
 @router.get("/tenants", response_model=list[wire.Tenant], responses=errors(*AUTH))
-async def list_tenants(_admin: AdminPrincipal, runtime: RuntimeDep) -> list[wire.Tenant]:
-    async with runtime.db.read() as session:
+async def list_tenants(_admin: AdminPrincipal, replica: ReplicaDep) -> list[wire.Tenant]:
+    async with replica.db.read() as session:
         return await accounts.list_tenants(session)
 
 
@@ -36,32 +36,32 @@ async def list_tenants(_admin: AdminPrincipal, runtime: RuntimeDep) -> list[wire
     responses=errors(*AUTH, 404),
 )
 async def issue_tenant_key(
-    tenant_id: str, _admin: AdminPrincipal, runtime: RuntimeDep
+    tenant_id: str, _admin: AdminPrincipal, replica: ReplicaDep
 ) -> wire.IssuedKey:
     """Another key for the tenant, e.g. to rotate: issue, switch over, revoke the old one."""
-    async with runtime.db.write() as session:
-        return await accounts.issue_tenant_key(session, tenant_id, runtime.clock.now())
+    async with replica.db.write() as session:
+        return await accounts.issue_tenant_key(session, tenant_id, replica.clock.now())
 
 
 @router.get("/keys", response_model=list[wire.KeyInfo], responses=errors(*AUTH, 422))
 async def list_keys(
-    _admin: AdminPrincipal, runtime: RuntimeDep, role: wire.Role | None = None
+    _admin: AdminPrincipal, replica: ReplicaDep, role: wire.Role | None = None
 ) -> list[wire.KeyInfo]:
     """Every key's id, role, owner and prefix; never the key itself."""
-    async with runtime.db.read() as session:
+    async with replica.db.read() as session:
         return await accounts.list_keys(session, role)
 
 
 @router.post(
     "/keys/{key_id}/revoke", response_model=wire.KeyInfo, responses=errors(*AUTH, 404, 409)
 )
-async def revoke_key(key_id: str, admin: AdminPrincipal, runtime: RuntimeDep) -> wire.KeyInfo:
+async def revoke_key(key_id: str, admin: AdminPrincipal, replica: ReplicaDep) -> wire.KeyInfo:
     """Revoke any key; it answers 401 from the next request on. Revoking twice is harmless."""
-    async with runtime.db.write() as session:
+    async with replica.db.write() as session:
         revoked = await accounts.revoke_key(
-            session, key_id, runtime.clock.now(), caller_key_id=admin.key_id
+            session, key_id, replica.clock.now(), caller_key_id=admin.key_id
         )
-    runtime.principals.clear()
+    replica.key_cache.clear()
     return revoked
 
 
@@ -71,9 +71,9 @@ async def revoke_key(key_id: str, admin: AdminPrincipal, runtime: RuntimeDep) ->
     responses=errors(*AUTH, 422),
 )
 async def list_tenant_applications(
-    _admin: AdminPrincipal, runtime: RuntimeDep, status: wire.ApplicationStatus | None = None
+    _admin: AdminPrincipal, replica: ReplicaDep, status: wire.ApplicationStatus | None = None
 ) -> list[wire.TenantApplication]:
-    async with runtime.db.read() as session:
+    async with replica.db.read() as session:
         return await accounts.list_tenant_applications(session, status)
 
 
@@ -84,12 +84,12 @@ async def list_tenant_applications(
     responses=errors(*AUTH, 404, 409),
 )
 async def approve_tenant_application(
-    application_id: str, _admin: AdminPrincipal, runtime: RuntimeDep
+    application_id: str, _admin: AdminPrincipal, replica: ReplicaDep
 ) -> wire.TenantWithKey:
     """Create the tenant; its first key is in this answer only."""
-    async with runtime.db.write() as session:
+    async with replica.db.write() as session:
         return await accounts.approve_tenant_application(
-            session, application_id, runtime.clock.now()
+            session, application_id, replica.clock.now()
         )
 
 
@@ -99,11 +99,11 @@ async def approve_tenant_application(
     responses=errors(*AUTH, 404, 409, 422),
 )
 async def reject_tenant_application(
-    application_id: str, body: wire.Rejection, _admin: AdminPrincipal, runtime: RuntimeDep
+    application_id: str, body: wire.Rejection, _admin: AdminPrincipal, replica: ReplicaDep
 ) -> wire.TenantApplication:
-    async with runtime.db.write() as session:
+    async with replica.db.write() as session:
         return await accounts.reject_tenant_application(
-            session, application_id, body.reason, runtime.clock.now()
+            session, application_id, body.reason, replica.clock.now()
         )
 
 
@@ -114,14 +114,14 @@ async def reject_tenant_application(
     responses=errors(*AUTH, 422),
 )
 async def create_provider(
-    body: ProviderCreate, _admin: AdminPrincipal, runtime: RuntimeDep
+    body: ProviderCreate, _admin: AdminPrincipal, replica: ReplicaDep
 ) -> ProviderWithCredentials:
     """A provider with its key and an agent enrollment token (both shown once)."""
-    async with runtime.db.write() as session:
-        return await providers.create_provider(session, body, runtime.clock.now())
+    async with replica.db.write() as session:
+        return await providers.create_provider(session, body, replica.clock.now())
 
 
 @router.get("/providers", response_model=list[Provider], responses=errors(*AUTH))
-async def list_providers(_admin: AdminPrincipal, runtime: RuntimeDep) -> list[Provider]:
-    async with runtime.db.read() as session:
+async def list_providers(_admin: AdminPrincipal, replica: ReplicaDep) -> list[Provider]:
+    async with replica.db.read() as session:
         return await providers.list_providers(session)

@@ -5,12 +5,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
 
-from gpu_share.coordinator.api.deps import RuntimeDep, base_url
+from gpu_share.coordinator.api.auth import NodePrincipal, bearer_key
+from gpu_share.coordinator.api.deps import ReplicaDep, base_url
 from gpu_share.coordinator.api.responses import AUTH, errors
-from gpu_share.coordinator.auth import AgentPrincipal, bearer_key
-from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.replica.notify import Channel
+from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services import job_files, leases, nodes, providers
-from gpu_share.coordinator.services.accounts import Principal
+from gpu_share.coordinator.services.invoke_state import Lease
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.artifacts import ArtifactKind
 from gpu_share.protocol.common import Sha256Hex
@@ -18,16 +19,11 @@ from gpu_share.protocol.common import Sha256Hex
 router = APIRouter(prefix="/v1/agent", tags=["agent"])
 
 
-def _node_id(principal: Principal) -> str:
-    assert principal.node_id is not None, "agent keys always belong to a node"
-    return principal.node_id
-
-
-def _ack(runtime: Runtime, node_id: str) -> wire.InventoryAck:
+def _ack(replica: Replica, node_id: str) -> wire.InventoryAck:
     return wire.InventoryAck(
         node_id=node_id,
-        heartbeat_interval_sec=runtime.settings.heartbeat_interval_sec,
-        lease_ttl_sec=runtime.settings.lease_ttl_sec,
+        heartbeat_interval_sec=replica.settings.heartbeat_interval_sec,
+        lease_ttl_sec=replica.settings.lease_ttl_sec,
     )
 
 
@@ -38,69 +34,68 @@ def _ack(runtime: Runtime, node_id: str) -> wire.InventoryAck:
     responses=errors(401, 422),
 )
 async def register(
-    body: wire.Registration, request: Request, runtime: RuntimeDep
+    body: wire.Registration, request: Request, replica: ReplicaDep
 ) -> wire.RegistrationResult:
     """Register a node with the provider's enrollment token (Bearer gpu_et_…)."""
     token = bearer_key(request)
-    async with runtime.db.write() as session:
+    async with replica.db.write() as session:
         provider = await providers.provider_for_enrollment(session, token)
         node, node_key = await nodes.register(
-            session, provider, body.inventory, runtime.clock.now()
+            session, provider, body.inventory, replica.clock.now()
         )
-    return wire.RegistrationResult(node_key=node_key, **_ack(runtime, node.id).model_dump())
+    return wire.RegistrationResult(node_key=node_key, **_ack(replica, node.id).model_dump())
 
 
 @router.put("/inventory", response_model=wire.InventoryAck, responses=errors(*AUTH, 422))
 async def update_inventory(
-    body: wire.NodeInventory, principal: AgentPrincipal, runtime: RuntimeDep
+    body: wire.NodeInventory, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.InventoryAck:
     """What the node has now (after an agent restart: GPUs, runtimes, capacity)."""
-    async with runtime.db.write() as session:
-        node = await nodes.update_inventory(session, _node_id(principal), body, runtime.clock.now())
-    await runtime.notifier.publish()  # new runtimes may match queued work
-    return _ack(runtime, node.id)
+    async with replica.db.write() as session:
+        node = await nodes.update_inventory(session, caller.node_id, body, replica.clock.now())
+    await replica.notifier.publish(Channel.WORK)  # new runtimes may match queued work
+    return _ack(replica, node.id)
 
 
 @router.post("/heartbeat", response_model=wire.HeartbeatAck, responses=errors(*AUTH, 422))
 async def heartbeat(
-    body: wire.Heartbeat, principal: AgentPrincipal, runtime: RuntimeDep
+    body: wire.Heartbeat, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.HeartbeatAck:
-    async with runtime.db.write() as session:
+    async with replica.db.write() as session:
         return await leases.heartbeat(
-            session, _node_id(principal), body, runtime.clock.now(), runtime.settings
+            session, caller.node_id, body, replica.clock.now(), replica.settings
         )
 
 
 @router.post("/lease", response_model=wire.LeaseResponse, responses=errors(*AUTH, 422))
 async def lease(
-    body: wire.LeaseRequest, request: Request, principal: AgentPrincipal, runtime: RuntimeDep
+    body: wire.LeaseRequest, request: Request, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.LeaseResponse:
     """Long-poll: answers as soon as work is queued for this node, or empty after `wait_sec`."""
-    node_id = _node_id(principal)
     ctx = leases.LeaseContext(
-        settings=runtime.settings,
-        signer=runtime.signer,
-        base_url=base_url(runtime, request),
+        settings=replica.settings,
+        signer=replica.signer,
+        base_url=base_url(replica, request),
     )
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(body.wait_sec, runtime.settings.max_lease_wait_sec)
+    deadline = loop.time() + min(body.wait_sec, replica.settings.max_lease_wait_sec)
     while True:
-        version = runtime.notifier.version
-        async with runtime.db.write() as session:
-            jobs = await leases.claim(session, node_id, body, runtime.clock.now(), ctx)
+        version = replica.notifier.version(Channel.WORK)
+        async with replica.db.write() as session:
+            jobs = await leases.claim(session, caller.node_id, body, replica.clock.now(), ctx)
         remaining = deadline - loop.time()
-        if jobs or remaining <= 0 or runtime.notifier.closed:
+        if jobs or remaining <= 0 or replica.notifier.closed:
             return wire.LeaseResponse(jobs=jobs)
-        await runtime.notifier.wait(version, remaining)
+        await replica.notifier.wait(Channel.WORK, version, remaining)
 
 
 @router.post("/invokes/{invoke_id}/start", status_code=204, responses=errors(*AUTH, 409))
 async def start(
-    invoke_id: str, body: wire.StartReport, principal: AgentPrincipal, runtime: RuntimeDep
+    invoke_id: str, body: wire.StartReport, caller: NodePrincipal, replica: ReplicaDep
 ) -> None:
-    async with runtime.db.write() as session:
+    async with replica.db.write() as session:
         await leases.mark_started(
-            session, _node_id(principal), invoke_id, body.lease_token, runtime.clock.now()
+            session, Lease(invoke_id, caller.node_id, body.lease_token), replica.clock.now()
         )
 
 
@@ -108,11 +103,15 @@ async def start(
     "/invokes/{invoke_id}/logs", response_model=wire.LogAck, responses=errors(*AUTH, 409, 422)
 )
 async def append_logs(
-    invoke_id: str, body: wire.LogAppend, principal: AgentPrincipal, runtime: RuntimeDep
+    invoke_id: str, body: wire.LogAppend, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.LogAck:
-    async with runtime.db.write() as session:
+    async with replica.db.write() as session:
         verdict = await leases.append_log(
-            session, _node_id(principal), invoke_id, body, runtime.clock.now(), runtime.settings
+            session,
+            Lease(invoke_id, caller.node_id, body.lease_token),
+            body.text,
+            replica.clock.now(),
+            replica.settings,
         )
     return wire.LogAck(verdict=verdict)
 
@@ -123,6 +122,12 @@ _BINARY_BODY = {
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
+
+
+def _files(replica: Replica) -> job_files.JobFileStore:
+    return job_files.JobFileStore(replica.db, replica.store, replica.settings)
+
+
 LeaseToken = Annotated[str, Header(alias=wire.LEASE_TOKEN_HEADER, max_length=64)]
 
 
@@ -136,22 +141,20 @@ LeaseToken = Annotated[str, Header(alias=wire.LEASE_TOKEN_HEADER, max_length=64)
 async def store_outputs(
     invoke_id: str,
     request: Request,
-    principal: AgentPrincipal,
-    runtime: RuntimeDep,
+    caller: NodePrincipal,
+    replica: ReplicaDep,
     lease_token: LeaseToken,
     content_sha256: Sha256Hex | None = None,
 ) -> wire.OutputsStored:
     """Outputs over the inline limit, stored as an artifact of the invoke's tenant."""
     stored, _ = await job_files.store(
-        runtime,
-        node_id=_node_id(principal),
-        invoke_id=invoke_id,
-        lease_token=lease_token,
-        kind=ArtifactKind.OUTPUTS,
-        chunks=request.stream(),
+        _files(replica),
+        Lease(invoke_id, caller.node_id, lease_token),
+        ArtifactKind.OUTPUTS,
+        request.stream(),
         content_sha256=content_sha256,
-        now=runtime.clock.now(),
-        base_url=base_url(runtime, request),
+        now=replica.clock.now(),
+        base_url=base_url(replica, request),
     )
     return wire.OutputsStored(artifact_id=stored.id, url=stored.url)
 
@@ -166,31 +169,30 @@ async def store_outputs(
 async def store_checkpoint(
     invoke_id: str,
     request: Request,
-    principal: AgentPrincipal,
-    runtime: RuntimeDep,
+    caller: NodePrincipal,
+    replica: ReplicaDep,
     lease_token: LeaseToken,
     content_sha256: Sha256Hex | None = None,
 ) -> wire.CheckpointStored:
     """A training snapshot; a requeued attempt of this invoke is leased with the newest one."""
     stored = await job_files.store_checkpoint(
-        runtime,
-        node_id=_node_id(principal),
-        invoke_id=invoke_id,
-        lease_token=lease_token,
-        chunks=request.stream(),
+        _files(replica),
+        Lease(invoke_id, caller.node_id, lease_token),
+        request.stream(),
         content_sha256=content_sha256,
-        now=runtime.clock.now(),
-        base_url=base_url(runtime, request),
+        now=replica.clock.now(),
+        base_url=base_url(replica, request),
     )
     return wire.CheckpointStored(artifact_id=stored.id, size=stored.size)
 
 
 @router.post("/invokes/{invoke_id}/result", status_code=204, responses=errors(*AUTH, 404, 409, 422))
 async def report_result(
-    invoke_id: str, body: wire.ResultReport, principal: AgentPrincipal, runtime: RuntimeDep
+    invoke_id: str, body: wire.ResultReport, caller: NodePrincipal, replica: ReplicaDep
 ) -> None:
     """The outcome, exactly once; a stale lease gets 409 and the job counts elsewhere."""
-    async with runtime.db.write() as session:
+    async with replica.db.write() as session:
         await leases.report_result(
-            session, _node_id(principal), invoke_id, body, runtime.clock.now()
+            session, Lease(invoke_id, caller.node_id, body.lease_token), body, replica.clock.now()
         )
+    await replica.notifier.publish(Channel.FINISHED)

@@ -1,12 +1,9 @@
 """Applications anyone may submit, without a key."""
 
-from typing import Annotated
+from fastapi import APIRouter
 
-from fastapi import APIRouter, Depends
-
-from gpu_share.coordinator.api.deps import get_runtime
+from gpu_share.coordinator.api.deps import ReplicaDep
 from gpu_share.coordinator.api.responses import errors
-from gpu_share.coordinator.runtime import Runtime
 from gpu_share.coordinator.services import accounts
 from gpu_share.protocol import accounts as wire
 
@@ -20,8 +17,8 @@ router = APIRouter(tags=["applications"])
     responses=errors(422),
 )
 async def submit_tenant_application(
-    body: wire.TenantApplicationCreate, runtime: Annotated[Runtime, Depends(get_runtime)]
+    body: wire.TenantApplicationCreate, replica: ReplicaDep
 ) -> wire.TenantApplication:
     """Apply for tenant access; an admin reviews it and, on approval, issues your key."""
-    async with runtime.db.write() as session:
-        return await accounts.submit_tenant_application(session, body, runtime.clock.now())
+    async with replica.db.write() as session:
+        return await accounts.submit_tenant_application(session, body, replica.clock.now())

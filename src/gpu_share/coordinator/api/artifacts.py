@@ -9,13 +9,12 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
-from gpu_share.coordinator.api.deps import RuntimeDep, base_url
+from gpu_share.coordinator.api.auth import ArtifactReader, SignedLink, TenantPrincipal
+from gpu_share.coordinator.api.deps import ReplicaDep, base_url
 from gpu_share.coordinator.api.responses import AUTH, errors
-from gpu_share.coordinator.auth import TenantPrincipal, current_principal, require
-from gpu_share.coordinator.errors import field_error
-from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.core.errors import field_error
+from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services import artifacts
-from gpu_share.protocol.accounts import Role
 from gpu_share.protocol.artifacts import Artifact, ArtifactKind
 from gpu_share.protocol.common import Page, Sha256Hex
 
@@ -54,8 +53,8 @@ def declared_length(request: Request) -> int | None:
 )
 async def upload_artifact(
     request: Request,
-    principal: TenantPrincipal,
-    runtime: RuntimeDep,
+    tenant: TenantPrincipal,
+    replica: ReplicaDep,
     kind: Annotated[UploadKind, Query(description="What the file is: model, inputs or config")],
     content_sha256: Annotated[
         Sha256Hex | None,
@@ -65,29 +64,28 @@ async def upload_artifact(
     ] = None,
 ) -> Artifact:
     """Upload a model, inputs or config; use the returned `url` as `model_url` or `inputs_url`."""
-    assert principal.tenant_id is not None
     upload = artifacts.UploadRequest(
-        tenant_id=principal.tenant_id,
+        tenant_id=tenant.tenant_id,
         kind=ArtifactKind(kind.value),
         content_sha256=content_sha256,
         declared_length=declared_length(request),
     )
     return await artifacts.upload(
-        runtime.db,
-        runtime.store,
-        runtime.settings,
+        replica.db,
+        replica.store,
+        replica.settings,
         upload,
         request.stream(),
-        runtime.clock.now(),
-        base_url(runtime, request),
+        replica.clock.now(),
+        base_url(replica, request),
     )
 
 
 @router.get("", response_model=Page[Artifact], responses=errors(*AUTH, 422))
 async def list_artifacts(
     request: Request,
-    principal: TenantPrincipal,
-    runtime: RuntimeDep,
+    tenant: TenantPrincipal,
+    replica: ReplicaDep,
     kind: ArtifactKind | None = None,
     sha256: Sha256Hex | None = None,
     include_expired: bool = False,
@@ -95,13 +93,12 @@ async def list_artifacts(
     cursor: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Page[Artifact]:
     """Your artifacts, newest first; filter by kind or content hash."""
-    assert principal.tenant_id is not None
-    async with runtime.db.read() as session:
+    async with replica.db.read() as session:
         items, next_cursor = await artifacts.list_for_tenant(
             session,
-            principal.tenant_id,
-            runtime.clock.now(),
-            base_url(runtime, request),
+            tenant.tenant_id,
+            replica.clock.now(),
+            base_url(replica, request),
             kind=kind,
             sha256=sha256,
             include_expired=include_expired,
@@ -113,12 +110,11 @@ async def list_artifacts(
 
 @router.get("/{artifact_id}", response_model=Artifact, responses=errors(*AUTH, 404))
 async def get_artifact(
-    artifact_id: str, request: Request, principal: TenantPrincipal, runtime: RuntimeDep
+    artifact_id: str, request: Request, tenant: TenantPrincipal, replica: ReplicaDep
 ) -> Artifact:
-    assert principal.tenant_id is not None
-    async with runtime.db.read() as session:
+    async with replica.db.read() as session:
         return await artifacts.get(
-            session, principal.tenant_id, artifact_id, base_url(runtime, request)
+            session, tenant.tenant_id, artifact_id, base_url(replica, request)
         )
 
 
@@ -135,51 +131,38 @@ async def get_artifact(
     },
 )
 async def download_artifact(
-    artifact_id: str,
-    request: Request,
-    runtime: RuntimeDep,
-    token: Annotated[
-        str | None,
-        Query(
-            max_length=200, description="Signed token in URLs handed to agents (instead of a key)"
-        ),
-    ] = None,
+    artifact_id: str, reader: ArtifactReader, replica: ReplicaDep
 ) -> Response:
     """The exact bytes uploaded; `410 ARTIFACT_EXPIRED` after the artifact's TTL."""
-    now = runtime.clock.now()
-    if token is not None:
-        runtime.signer.verify(token, artifact_id, now)
-        async with runtime.db.read() as session:
+    now = replica.clock.now()
+    async with replica.db.read() as session:
+        if isinstance(reader, SignedLink):
             download = await artifacts.open_signed_download(session, artifact_id, now)
-    else:
-        principal = await require(Role.TENANT)(await current_principal(request, runtime))
-        assert principal.tenant_id is not None
-        async with runtime.db.read() as session:
+        else:
             download = await artifacts.open_download(
-                session, artifact_id, now, tenant_id=principal.tenant_id
+                session, artifact_id, now, tenant_id=reader.tenant_id
             )
-    return await stream_download(runtime, download)
+    return await stream_download(replica, download)
 
 
-async def stream_download(runtime: Runtime, download: artifacts.Download) -> Response:
+async def stream_download(replica: Replica, download: artifacts.Download) -> Response:
     headers = {
         "ETag": f'"{download.artifact.sha256}"',
         "X-Content-SHA256": download.artifact.sha256,
         "Cache-Control": "private, max-age=0",
     }
-    path = runtime.store.local_path(download.storage_key)
+    path = replica.store.local_path(download.storage_key)
     if path is not None and await asyncio.to_thread(path.is_file):
         return FileResponse(path, media_type="application/octet-stream", headers=headers)
-    chunks: AsyncIterator[bytes] = iterate_in_threadpool(runtime.store.read(download.storage_key))
+    chunks: AsyncIterator[bytes] = iterate_in_threadpool(replica.store.read(download.storage_key))
     headers["Content-Length"] = str(download.artifact.size)
     return StreamingResponse(chunks, media_type="application/octet-stream", headers=headers)
 
 
 @router.delete("/{artifact_id}", status_code=204, responses=errors(*AUTH, 404))
 async def delete_artifact(
-    artifact_id: str, principal: TenantPrincipal, runtime: RuntimeDep
+    artifact_id: str, tenant: TenantPrincipal, replica: ReplicaDep
 ) -> Response:
     """Delete the artifact; its bytes go once no other artifact shares them."""
-    assert principal.tenant_id is not None
-    await artifacts.delete_artifact(runtime.db, runtime.store, principal.tenant_id, artifact_id)
+    await artifacts.delete_artifact(replica.db, replica.store, tenant.tenant_id, artifact_id)
     return Response(status_code=204)

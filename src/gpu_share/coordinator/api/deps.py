@@ -1,21 +1,42 @@
-"""What routers depend on: the coordinator's runtime and the base URL for links."""
+"""What routers depend on: the replica, the services built from it, links to this server."""
 
 from typing import Annotated
 
 from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
-from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.replica.state import Replica
+from gpu_share.coordinator.services.invokes import origins_of
+from gpu_share.coordinator.services.leases import LeaseContext
+from gpu_share.coordinator.services.sessions import Sessions
 
 
-def get_runtime(connection: HTTPConnection) -> Runtime:
-    runtime: Runtime = connection.app.state.runtime
-    return runtime
+def get_replica(connection: HTTPConnection) -> Replica:
+    replica: Replica = connection.app.state.replica
+    return replica
 
 
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+ReplicaDep = Annotated[Replica, Depends(get_replica)]
 
 
-def base_url(runtime: Runtime, request: Request) -> str:
+def get_sessions(replica: ReplicaDep) -> Sessions:
+    return Sessions(replica.db, replica.hub, replica.clock)
+
+
+SessionsDep = Annotated[Sessions, Depends(get_sessions)]
+
+
+def base_url(replica: Replica, request: Request) -> str:
     """The public URL to put into links: configured, else what this request came in on."""
-    return runtime.settings.public_base_url or str(request.base_url).rstrip("/")
+    return replica.settings.public_base_url or str(request.base_url).rstrip("/")
+
+
+def origins(replica: Replica, request: Request) -> set[str]:
+    """The origins under which this server's own artifact URLs may arrive."""
+    return origins_of(replica.settings.public_base_url, str(request.base_url))
+
+
+def lease_context(replica: Replica, request: Request) -> LeaseContext:
+    return LeaseContext(
+        settings=replica.settings, signer=replica.signer, base_url=base_url(replica, request)
+    )

@@ -1,11 +1,8 @@
-from typing import Annotated
-
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from gpu_share._version import __version__
-from gpu_share.coordinator.api.deps import get_runtime
-from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.api.deps import ReplicaDep
 from gpu_share.coordinator.services import health
 from gpu_share.protocol.health import Health
 
@@ -17,7 +14,7 @@ router = APIRouter(tags=["discovery"])
     response_model=Health,
     responses={503: {"model": Health, "description": "The database is unreachable"}},
 )
-async def get_health(runtime: Annotated[Runtime, Depends(get_runtime)]) -> JSONResponse:
+async def get_health(replica: ReplicaDep) -> JSONResponse:
     """Liveness and readiness; needs no key."""
-    report = await health.check(runtime.db, runtime.clock.now(), __version__, runtime.settings)
+    report = await health.check(replica.db, replica.clock.now(), __version__, replica.settings)
     return JSONResponse(report.model_dump(), status_code=200 if report.status == "ok" else 503)

@@ -5,9 +5,10 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from gpu_share.coordinator.api.deps import RuntimeDep
+from gpu_share.coordinator.api.auth import TenantPrincipal
+from gpu_share.coordinator.api.deps import ReplicaDep, origins
 from gpu_share.coordinator.api.responses import AUTH, errors
-from gpu_share.coordinator.auth import TenantPrincipal
+from gpu_share.coordinator.replica.notify import Channel
 from gpu_share.coordinator.services import invokes, probing
 from gpu_share.protocol.common import Page
 from gpu_share.protocol.invokes import (
@@ -40,8 +41,8 @@ HELLO_WORLD = {
 async def create_invoke(
     body: InvokeCreate,
     request: Request,
-    principal: TenantPrincipal,
-    runtime: RuntimeDep,
+    tenant: TenantPrincipal,
+    replica: ReplicaDep,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -51,18 +52,17 @@ async def create_invoke(
     ] = None,
 ) -> JSONResponse:
     """Queue a job; poll `GET /v1/gpu/invokes/{id}` until done, failed, timeout or canceled."""
-    assert principal.tenant_id is not None
     invoke, created = await invokes.create(
-        runtime.db,
-        runtime.settings,
-        principal.tenant_id,
+        replica.db,
+        replica.settings,
+        tenant.tenant_id,
         body,
         idempotency_key=idempotency_key,
-        origins=invokes.origins_of(runtime.settings.public_base_url, str(request.base_url)),
-        now=runtime.clock.now(),
+        origins=origins(replica, request),
+        now=replica.clock.now(),
     )
     if created:
-        await runtime.notifier.publish()
+        await replica.notifier.publish(Channel.WORK)
     headers = {"Location": f"/v1/gpu/invokes/{invoke.id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
@@ -71,26 +71,39 @@ async def create_invoke(
 
 @router.get("/invokes", response_model=Page[Invoke], responses=errors(*AUTH, 422))
 async def list_invokes(
-    principal: TenantPrincipal,
-    runtime: RuntimeDep,
+    tenant: TenantPrincipal,
+    replica: ReplicaDep,
     status: InvokeStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Page[Invoke]:
     """Your invokes, newest first."""
-    assert principal.tenant_id is not None
-    async with runtime.db.read() as session:
+    async with replica.db.read() as session:
         items, next_cursor = await invokes.list_for_tenant(
-            session, principal.tenant_id, status=status, limit=limit, cursor=cursor
+            session, tenant.tenant_id, status=status, limit=limit, cursor=cursor
         )
     return Page[Invoke](items=items, next_cursor=next_cursor)
 
 
-@router.get("/invokes/{invoke_id}", response_model=Invoke, responses=errors(*AUTH, 404))
-async def get_invoke(invoke_id: str, principal: TenantPrincipal, runtime: RuntimeDep) -> Invoke:
-    assert principal.tenant_id is not None
-    async with runtime.db.read() as session:
-        return invokes.to_wire(await invokes.owned(session, principal.tenant_id, invoke_id))
+@router.get("/invokes/{invoke_id}", response_model=Invoke, responses=errors(*AUTH, 404, 422))
+async def get_invoke(
+    invoke_id: str,
+    tenant: TenantPrincipal,
+    replica: ReplicaDep,
+    wait: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=invokes.MAX_WAIT_SEC,
+            description="Long-poll: answer as soon as the invoke is final, or after this many "
+            "seconds with its current state",
+        ),
+    ] = 0,
+) -> Invoke:
+    """The invoke's status, result and error; poll it, or long-poll with `?wait=N`."""
+    return await invokes.wait_until_final(
+        replica.db, replica.notifier, tenant.tenant_id, invoke_id, wait
+    )
 
 
 @router.get(
@@ -107,16 +120,13 @@ async def get_invoke(invoke_id: str, principal: TenantPrincipal, runtime: Runtim
 )
 async def get_logs(
     invoke_id: str,
-    principal: TenantPrincipal,
-    runtime: RuntimeDep,
+    tenant: TenantPrincipal,
+    replica: ReplicaDep,
     after: Annotated[int, Query(ge=0, description="Cursor from X-Log-Cursor")] = 0,
 ) -> Response:
-    """The job's log (runtime and agent lines), also while it runs."""
-    assert principal.tenant_id is not None
-    async with runtime.db.read() as session:
-        text, cursor, status = await invokes.read_logs(
-            session, principal.tenant_id, invoke_id, after
-        )
+    """The job's log (replica and agent lines), also while it runs."""
+    async with replica.db.read() as session:
+        text, cursor, status = await invokes.read_logs(session, tenant.tenant_id, invoke_id, after)
     return PlainTextResponse(
         text, headers={"X-Log-Cursor": str(cursor), "X-Invoke-Status": status.value}
     )
@@ -125,22 +135,25 @@ async def get_logs(
 @router.post(
     "/invokes/{invoke_id}/cancel", response_model=Invoke, responses=errors(*AUTH, 404, 409)
 )
-async def cancel_invoke(invoke_id: str, principal: TenantPrincipal, runtime: RuntimeDep) -> Invoke:
+async def cancel_invoke(invoke_id: str, tenant: TenantPrincipal, replica: ReplicaDep) -> Invoke:
     """A queued invoke is canceled at once; a running one is stopped by its node shortly."""
-    assert principal.tenant_id is not None
-    async with runtime.db.write() as session:
-        return await invokes.cancel(session, principal.tenant_id, invoke_id, runtime.clock.now())
+    async with replica.db.write() as session:
+        canceled = await invokes.cancel(session, tenant.tenant_id, invoke_id, replica.clock.now())
+    if canceled.status.terminal:
+        await replica.notifier.publish(Channel.FINISHED)
+    return canceled
 
 
 @router.post("/probe-url", response_model=ProbeUrlResult, responses=errors(*AUTH, 422))
 async def probe_url(
-    body: ProbeUrlRequest, request: Request, principal: TenantPrincipal, runtime: RuntimeDep
+    body: ProbeUrlRequest, request: Request, tenant: TenantPrincipal, replica: ReplicaDep
 ) -> ProbeUrlResult:
     """Check a URL with the same rules the agent fetches with (public http(s) only)."""
-    assert principal.tenant_id is not None
     return await probing.probe(
-        runtime,
-        principal.tenant_id,
+        replica.db,
+        replica.fetcher,
+        tenant.tenant_id,
         body.url,
-        origins=invokes.origins_of(runtime.settings.public_base_url, str(request.base_url)),
+        origins=origins(replica, request),
+        now=replica.clock.now(),
     )

@@ -4,11 +4,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from gpu_share.coordinator.api.deps import RuntimeDep, base_url
+from gpu_share.coordinator.api.auth import TenantPrincipal
+from gpu_share.coordinator.api.deps import ReplicaDep, SessionsDep, lease_context, origins
 from gpu_share.coordinator.api.responses import AUTH, errors
-from gpu_share.coordinator.auth import TenantPrincipal
-from gpu_share.coordinator.errors import PayloadTooLarge
-from gpu_share.coordinator.services import invokes, sessions
+from gpu_share.coordinator.core.errors import PayloadTooLarge
 from gpu_share.protocol.sessions import Session, SessionCreate
 
 router = APIRouter(prefix="/v1/gpu/sessions", tags=["sessions"])
@@ -18,45 +17,44 @@ router = APIRouter(prefix="/v1/gpu/sessions", tags=["sessions"])
     "", status_code=201, response_model=Session, responses=errors(*AUTH, 404, 410, 422, 503)
 )
 async def create_session(
-    body: SessionCreate, request: Request, principal: TenantPrincipal, runtime: RuntimeDep
+    body: SessionCreate,
+    request: Request,
+    tenant: TenantPrincipal,
+    replica: ReplicaDep,
+    sessions: SessionsDep,
 ) -> Session:
     """Load a model on a node and keep it there; `status` is `starting` until it is `ready`."""
-    assert principal.tenant_id is not None
     return await sessions.create(
-        runtime,
-        principal.tenant_id,
+        tenant.tenant_id,
         body,
-        origins=invokes.origins_of(runtime.settings.public_base_url, str(request.base_url)),
-        base_url=base_url(runtime, request),
+        origins=origins(replica, request),
+        ctx=lease_context(replica, request),
     )
 
 
 @router.get("", response_model=list[Session], responses=errors(*AUTH, 422))
 async def list_sessions(
-    principal: TenantPrincipal,
-    runtime: RuntimeDep,
+    tenant: TenantPrincipal,
+    sessions: SessionsDep,
     include_closed: bool = False,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> list[Session]:
-    assert principal.tenant_id is not None
     return await sessions.list_for_tenant(
-        runtime, principal.tenant_id, include_closed=include_closed, limit=limit
+        tenant.tenant_id, include_closed=include_closed, limit=limit
     )
 
 
 @router.get("/{session_id}", response_model=Session, responses=errors(*AUTH, 404))
-async def get_session(session_id: str, principal: TenantPrincipal, runtime: RuntimeDep) -> Session:
-    assert principal.tenant_id is not None
-    return await sessions.get(runtime, principal.tenant_id, session_id)
+async def get_session(session_id: str, tenant: TenantPrincipal, sessions: SessionsDep) -> Session:
+    return await sessions.get(tenant.tenant_id, session_id)
 
 
 @router.delete("/{session_id}", response_model=Session, responses=errors(*AUTH, 404))
 async def delete_session(
-    session_id: str, principal: TenantPrincipal, runtime: RuntimeDep
+    session_id: str, tenant: TenantPrincipal, sessions: SessionsDep
 ) -> Session:
     """Close the session and free the GPU; forwards in flight are answered 409."""
-    assert principal.tenant_id is not None
-    return await sessions.delete(runtime, principal.tenant_id, session_id)
+    return await sessions.delete(tenant.tenant_id, session_id)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -97,13 +95,16 @@ async def read_body(request: Request, limit: int) -> bytes:
     },
 )
 async def forward(
-    session_id: str, request: Request, principal: TenantPrincipal, runtime: RuntimeDep
+    session_id: str,
+    request: Request,
+    tenant: TenantPrincipal,
+    replica: ReplicaDep,
+    sessions: SessionsDep,
 ) -> Response:
     """Run the loaded model: an NPZ body answers NPZ; JSON `{"inputs": …}` answers JSON."""
-    assert principal.tenant_id is not None
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     fmt = "json" if content_type == "application/json" else "npz"
-    payload = await read_body(request, runtime.settings.max_forward_bytes)
-    answer = await sessions.forward(runtime, principal.tenant_id, session_id, fmt, payload)
+    payload = await read_body(request, replica.settings.max_forward_bytes)
+    answer = await sessions.forward(tenant.tenant_id, session_id, fmt, payload)
     media = "application/json" if answer.format == "json" else "application/octet-stream"
     return Response(answer.body, media_type=media)

@@ -1,1 +1,1 @@
-"""Background work started by the app's lifespan: each job is `run_once(runtime, now)`."""
+"""Background work started by the app's lifespan: each job is `run_once(replica)`."""

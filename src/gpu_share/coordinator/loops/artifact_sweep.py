@@ -2,14 +2,14 @@
 
 import logging
 
-from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services import artifacts
 
 log = logging.getLogger(__name__)
 
 
-async def run_once(runtime: Runtime) -> artifacts.SweepReport:
-    report = await artifacts.sweep(runtime.db, runtime.store, runtime.clock.now())
+async def run_once(replica: Replica) -> artifacts.SweepReport:
+    report = await artifacts.sweep(replica.db, replica.store, replica.clock.now())
     if report.expired or report.blobs_deleted or report.temporary_deleted:
         log.info("artifact sweep: %s", report)
     return report

@@ -2,17 +2,20 @@
 
 import logging
 
-from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.replica.notify import Channel
+from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services import leases
 
 log = logging.getLogger(__name__)
 
 
-async def run_once(runtime: Runtime) -> leases.ExpiryReport:
-    async with runtime.db.write() as session:
-        report = await leases.expire_leases(session, runtime.clock.now(), runtime.settings)
+async def run_once(replica: Replica) -> leases.ExpiryReport:
+    async with replica.db.write() as session:
+        report = await leases.expire_leases(session, replica.clock.now(), replica.settings)
     if report.requeued:
-        await runtime.notifier.publish()
+        await replica.notifier.publish(Channel.WORK)
+    if report.failed or report.timed_out or report.canceled:
+        await replica.notifier.publish(Channel.FINISHED)
     if report.requeued or report.failed or report.timed_out or report.canceled:
         log.info("lease expiry: %s", report)
     return report

@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.replica.state import Replica
 
 log = logging.getLogger(__name__)
 
-Job = Callable[[Runtime], Awaitable[Any]]
+Job = Callable[[Replica], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,8 @@ class PeriodicJob:
 
 
 class LoopRunner:
-    def __init__(self, runtime: Runtime, jobs: list[PeriodicJob]) -> None:
-        self._runtime = runtime
+    def __init__(self, replica: Replica, jobs: list[PeriodicJob]) -> None:
+        self._replica = replica
         self._jobs = jobs
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -52,7 +52,7 @@ class LoopRunner:
             spread = job.interval_sec * job.jitter
             await asyncio.sleep(job.interval_sec + random.uniform(-spread, spread))  # noqa: S311
             try:
-                await job.run_once(self._runtime)
+                await job.run_once(self._replica)
             except asyncio.CancelledError:
                 raise
             except Exception:

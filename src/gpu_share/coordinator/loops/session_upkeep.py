@@ -1,8 +1,8 @@
 """Closes idle sessions, flushes their metering, fails sessions no replica holds."""
 
-from gpu_share.coordinator.runtime import Runtime
-from gpu_share.coordinator.services import sessions
+from gpu_share.coordinator.replica.state import Replica
+from gpu_share.coordinator.services.sessions import Sessions
 
 
-async def run_once(runtime: Runtime) -> None:
-    await sessions.maintain(runtime)
+async def run_once(replica: Replica) -> None:
+    await Sessions(replica.db, replica.hub, replica.clock).maintain()

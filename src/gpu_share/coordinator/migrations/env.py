@@ -2,7 +2,7 @@
 
 from alembic import context
 
-from gpu_share.coordinator.orm import Base
+from gpu_share.coordinator.core.orm import Base
 
 connection = context.config.attributes["connection"]
 context.configure(

@@ -1,47 +1,48 @@
 """Tenants, their keys, tenant applications and the admin key."""
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator import keys
-from gpu_share.coordinator.errors import Conflict, NotFound, Unauthorized, ValidationFailed
-from gpu_share.coordinator.ids import new_id
-from gpu_share.coordinator.orm import ApiKeyRow, TenantApplicationRow, TenantRow
+from gpu_share.coordinator.core import keys
+from gpu_share.coordinator.core.errors import Conflict, NotFound, Unauthorized, ValidationFailed
+from gpu_share.coordinator.core.ids import new_id
+from gpu_share.coordinator.core.orm import ApiKeyRow, TenantApplicationRow, TenantRow
+from gpu_share.coordinator.core.principals import (
+    AdminCaller,
+    NodeCaller,
+    Principal,
+    ProviderCaller,
+    TenantCaller,
+)
 from gpu_share.protocol import accounts as wire
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: the key's id and role, and the account it belongs to."""
-
-    key_id: str
-    role: wire.Role
-    tenant_id: str | None = None
-    provider_id: str | None = None
-    node_id: str | None = None
-
-
 async def authenticate(session: AsyncSession, key: str) -> Principal:
     row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.key_hash == keys.hash_key(key)))
-    if row is None or row.revoked_at is not None:
+    principal = principal_of(row) if row is not None and row.revoked_at is None else None
+    if principal is None:
         raise Unauthorized("API key is unknown or revoked; ask an admin for a new one")
-    return principal_of(row)
+    return principal
 
 
-def principal_of(row: ApiKeyRow) -> Principal:
-    return Principal(
-        key_id=row.id,
-        role=wire.Role(row.role),
-        tenant_id=row.tenant_id,
-        provider_id=row.provider_id,
-        node_id=row.node_id,
-    )
+def principal_of(row: ApiKeyRow) -> Principal | None:
+    """The key's typed principal; None for a row missing the owner its role needs."""
+    match wire.Role(row.role):
+        case wire.Role.TENANT if row.tenant_id:
+            return TenantCaller(key_id=row.id, tenant_id=row.tenant_id)
+        case wire.Role.PROVIDER if row.provider_id:
+            return ProviderCaller(key_id=row.id, provider_id=row.provider_id)
+        case wire.Role.AGENT if row.provider_id and row.node_id:
+            return NodeCaller(key_id=row.id, provider_id=row.provider_id, node_id=row.node_id)
+        case wire.Role.ADMIN:
+            return AdminCaller(key_id=row.id)
+    log.error("key %s (%s) has no owner; refusing it", row.id, row.role)
+    return None
 
 
 async def issue_key(

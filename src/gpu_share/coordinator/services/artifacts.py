@@ -20,8 +20,8 @@ from sqlalchemy import delete, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.db import Database
-from gpu_share.coordinator.errors import (
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.errors import (
     Gone,
     NotFound,
     PayloadTooLarge,
@@ -29,9 +29,9 @@ from gpu_share.coordinator.errors import (
     ValidationFailed,
     field_error,
 )
-from gpu_share.coordinator.ids import new_id
-from gpu_share.coordinator.orm import ArtifactRow, BlobRow, TenantRow
-from gpu_share.coordinator.settings import ChecksumMode, Settings
+from gpu_share.coordinator.core.ids import checked_cursor, new_id
+from gpu_share.coordinator.core.orm import ArtifactRow, BlobRow, TenantRow
+from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.storage import ArtifactStore, UploadSink
 from gpu_share.protocol.artifacts import Artifact, ArtifactKind
 from gpu_share.protocol.errors import ErrorCode
@@ -371,7 +371,7 @@ async def list_for_tenant(
         query = query.where(ArtifactRow.kind == kind.value)
     if sha256 is not None:
         query = query.where(ArtifactRow.sha256 == sha256)
-    if cursor:
+    if checked_cursor("art", cursor):
         query = query.where(ArtifactRow.id < cursor)
     rows = (await session.scalars(query.order_by(ArtifactRow.id.desc()).limit(limit + 1))).all()
     next_cursor = rows[limit - 1].id if len(rows) > limit else None

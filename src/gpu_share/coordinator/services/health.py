@@ -2,9 +2,9 @@ import asyncio
 import logging
 from datetime import datetime
 
-from gpu_share.coordinator.db import Database
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.nodes import count_online
-from gpu_share.coordinator.settings import Settings
 from gpu_share.protocol.health import Health
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,6 @@
 """Invokes from the tenant's side: submit, read, list, cancel, logs (SPEC §1.5)."""
 
+import asyncio
 import hashlib
 import json
 import re
@@ -7,23 +8,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.db import Database
-from gpu_share.coordinator.errors import (
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.errors import (
     Conflict,
     NotFound,
     Unavailable,
     ValidationFailed,
     field_error,
 )
-from gpu_share.coordinator.ids import new_id
-from gpu_share.coordinator.orm import ArtifactRow, InvokeLogRow, InvokeRow
-from gpu_share.coordinator.services import nodes
+from gpu_share.coordinator.core.ids import checked_cursor, new_id
+from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow
+from gpu_share.coordinator.core.settings import ChecksumMode, Settings
+from gpu_share.coordinator.replica.notify import Channel, Notifier
+from gpu_share.coordinator.services import invoke_state, nodes
 from gpu_share.coordinator.services.placement import MICRO, Requirements
-from gpu_share.coordinator.settings import ChecksumMode, Settings
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import (
     Invoke,
@@ -269,6 +271,25 @@ async def owned(session: AsyncSession, tenant_id: str, invoke_id: str) -> Invoke
     return row
 
 
+MAX_WAIT_SEC = 60.0
+
+
+async def wait_until_final(
+    db: Database, notifier: Notifier, tenant_id: str, invoke_id: str, wait_sec: float
+) -> Invoke:
+    """The invoke once it is final, or as it is after `wait_sec` (0: at once)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(wait_sec, MAX_WAIT_SEC)
+    while True:
+        version = notifier.version(Channel.FINISHED)
+        async with db.read() as session:
+            invoke = to_wire(await owned(session, tenant_id, invoke_id))
+        remaining = deadline - loop.time()
+        if invoke.status.terminal or remaining <= 0 or notifier.closed:
+            return invoke
+        await notifier.wait(Channel.FINISHED, version, remaining)
+
+
 async def list_for_tenant(
     session: AsyncSession,
     tenant_id: str,
@@ -280,7 +301,7 @@ async def list_for_tenant(
     query = select(InvokeRow).where(InvokeRow.tenant_id == tenant_id)
     if status is not None:
         query = query.where(InvokeRow.status == status.value)
-    if cursor:
+    if checked_cursor("inv", cursor):
         query = query.where(InvokeRow.id < cursor)
     rows = (await session.scalars(query.order_by(InvokeRow.id.desc()).limit(limit + 1))).all()
     next_cursor = rows[limit - 1].id if len(rows) > limit else None
@@ -295,24 +316,10 @@ async def cancel(session: AsyncSession, tenant_id: str, invoke_id: str, now: dat
         return to_wire(row)
     if status.terminal:
         raise Conflict(f"invoke {invoke_id} already finished with status {status.value}")
-    if status is InvokeStatus.QUEUED:
-        done = await session.execute(
-            update(InvokeRow)
-            .where(InvokeRow.id == invoke_id, InvokeRow.status == InvokeStatus.QUEUED.value)
-            .values(
-                status=InvokeStatus.CANCELED.value,
-                finished_at=now,
-                cancel_requested_at=now,
-                error_code=ErrorCode.CANCELED.value,
-                error_message="canceled by the tenant before it started",
-            )
-        )
-        if done.rowcount == 1:  # type: ignore[attr-defined]
-            await session.refresh(row)
-            return to_wire(row)
-        await session.refresh(row)  # leased meanwhile: fall through to asking the agent
-    if row.cancel_requested_at is None:
-        row.cancel_requested_at = now
+    if not await invoke_state.cancel_queued(session, invoke_id, now):
+        # leased meanwhile (or already): the node learns of it from its next heartbeat
+        await invoke_state.request_cancel(session, invoke_id, now)
+    await session.refresh(row)
     return to_wire(row)
 
 

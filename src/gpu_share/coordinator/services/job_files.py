@@ -7,33 +7,42 @@ requeued attempt is leased with the newest.
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime
 
-from gpu_share.coordinator.errors import Conflict, NotFound
-from gpu_share.coordinator.runtime import Runtime
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.errors import Conflict, NotFound
+from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services import artifacts, leases
+from gpu_share.coordinator.services.invoke_state import Lease
+from gpu_share.coordinator.storage import ArtifactStore
 from gpu_share.protocol.artifacts import Artifact, ArtifactKind
 
 
+@dataclass(frozen=True)
+class JobFileStore:
+    db: Database
+    store: ArtifactStore
+    settings: Settings
+
+
 async def store(
-    runtime: Runtime,
-    *,
-    node_id: str,
-    invoke_id: str,
-    lease_token: str,
+    files: JobFileStore,
+    lease: Lease,
     kind: ArtifactKind,
     chunks: AsyncIterator[bytes],
+    *,
     content_sha256: str | None,
     now: datetime,
     base_url: str,
 ) -> tuple[Artifact, str]:
     """Stream the file into the tenant's artifacts; returns it and the tenant's id."""
-    async with runtime.db.read() as session:
-        row = await leases.leased_invoke(session, node_id, invoke_id, lease_token)
+    async with files.db.read() as session:
+        row = await leases.leased_invoke(session, lease)
     stored = await artifacts.upload(
-        runtime.db,
-        runtime.store,
-        runtime.settings,
+        files.db,
+        files.store,
+        files.settings,
         artifacts.UploadRequest(
             tenant_id=row.tenant_id,
             kind=kind,
@@ -49,36 +58,30 @@ async def store(
 
 
 async def store_checkpoint(
-    runtime: Runtime,
-    *,
-    node_id: str,
-    invoke_id: str,
-    lease_token: str,
+    files: JobFileStore,
+    lease: Lease,
     chunks: AsyncIterator[bytes],
+    *,
     content_sha256: str | None,
     now: datetime,
     base_url: str,
 ) -> Artifact:
     stored, tenant_id = await store(
-        runtime,
-        node_id=node_id,
-        invoke_id=invoke_id,
-        lease_token=lease_token,
-        kind=ArtifactKind.CHECKPOINT,
-        chunks=chunks,
+        files,
+        lease,
+        ArtifactKind.CHECKPOINT,
+        chunks,
         content_sha256=content_sha256,
         now=now,
         base_url=base_url,
     )
     try:
-        async with runtime.db.write() as session:
-            replaced = await leases.record_checkpoint(
-                session, node_id, invoke_id, lease_token, stored.id
-            )
+        async with files.db.write() as session:
+            replaced = await leases.record_checkpoint(session, lease, stored.id)
     except Conflict:  # the lease went stale while the snapshot streamed in
-        await artifacts.delete_artifact(runtime.db, runtime.store, tenant_id, stored.id)
+        await artifacts.delete_artifact(files.db, files.store, tenant_id, stored.id)
         raise
     if replaced is not None and replaced != stored.id:
         with contextlib.suppress(NotFound):
-            await artifacts.delete_artifact(runtime.db, runtime.store, tenant_id, replaced)
+            await artifacts.delete_artifact(files.db, files.store, tenant_id, replaced)
     return stored

@@ -1,25 +1,24 @@
 """Invokes from the agent's side: claim, extend, log, report; and expiry of lost leases.
 
-Every change to a leased invoke is an UPDATE guarded by `id` and `lease_token`
-that must touch exactly one row; zero rows means the caller's lease is stale.
+Status changes go through `invoke_state`, each guarded by the lease the caller
+holds; a transition that touches no row means the caller's lease is stale.
 """
 
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from sqlalchemy import case, select, update
+from sqlalchemy import case, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.errors import Conflict, NotFound
-from gpu_share.coordinator.orm import ArtifactRow, InvokeLogRow, InvokeRow, NodeRow
-from gpu_share.coordinator.services import nodes
+from gpu_share.coordinator.core.errors import Conflict, NotFound
+from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow, NodeRow
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.core.signing import UrlSigner
+from gpu_share.coordinator.services import invoke_state, memory_fit, nodes
 from gpu_share.coordinator.services.artifacts import artifact_url
-from gpu_share.coordinator.services.nodes import ACTIVE_VALUES
+from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES, Lease
 from gpu_share.coordinator.services.placement import Requirements, serves
-from gpu_share.coordinator.services.signing import UrlSigner
-from gpu_share.coordinator.settings import Settings
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import InvokeStatus, OutputsUpload
@@ -41,15 +40,6 @@ class LeaseContext:
     settings: Settings
     signer: UrlSigner
     base_url: str
-
-
-def _guard(invoke_id: str, lease_token: str, node_id: str) -> list[Any]:
-    return [
-        InvokeRow.id == invoke_id,
-        InvokeRow.lease_token == lease_token,
-        InvokeRow.node_id == node_id,
-        InvokeRow.status.in_(ACTIVE_VALUES),
-    ]
 
 
 async def claim(
@@ -83,16 +73,18 @@ async def claim(
         .limit(CANDIDATES)
     )
     # GPU jobs share the node's memory with the sessions it holds (SPEC §4.1).
-    free_vram_mb = nodes.gpu_memory_mb(node) - (
-        (await nodes.session_reservations(session)).get(node_id, 0)
+    free_vram_mb = memory_fit.gpu_memory_mb(node) - (
+        (await memory_fit.session_reservations(session)).get(node_id, 0)
     )
-    eligible = [
-        invoke_id
-        for invoke_id, runtime, gpus, constraints in peek.all()
-        if gpus <= request.free_gpus
-        and serves(node, Requirements.from_parts(runtime, gpus, constraints))
-        and fits_beside_sessions(runtime, constraints, free_vram_mb)
-    ]
+    eligible = []
+    for invoke_id, runtime, gpus, constraints in peek.all():
+        req = Requirements.from_parts(runtime, gpus, constraints)
+        if (
+            gpus <= request.free_gpus
+            and serves(node, req)
+            and memory_fit.gpu_job_fits(req.runtime, req.min_vram_mb, free_vram_mb)
+        ):
+            eligible.append(invoke_id)
     if not eligible:
         return []
     candidates = (
@@ -116,15 +108,6 @@ async def claim(
             jobs.append(job)
             free_gpus -= row.gpus
     return jobs
-
-
-MIN_JOB_VRAM_MB = 256
-
-
-def fits_beside_sessions(runtime: str, constraints: dict[str, Any], free_vram_mb: int) -> bool:
-    if not RuntimeName(runtime).needs_gpu:
-        return True
-    return free_vram_mb >= (constraints.get("min_vram_mb") or MIN_JOB_VRAM_MB)
 
 
 async def artifact_ref(
@@ -170,22 +153,26 @@ async def _lease(
         else None
     )
     if model is None or (row.inputs_url and inputs is None):
-        row.status = InvokeStatus.FAILED.value
-        row.finished_at = now
-        row.error_code = ErrorCode.ARTIFACT_EXPIRED.value
-        row.error_message = "an artifact this invoke uses expired before a node could start it"
+        await invoke_state.fail_queued(
+            session,
+            row.id,
+            ErrorCode.ARTIFACT_EXPIRED,
+            "an artifact this invoke uses expired before a node could start it",
+            now,
+        )
         return None
-    row.status = InvokeStatus.ASSIGNED.value
-    row.node_id = node_id
-    row.lease_token = secrets.token_hex(16)
-    row.lease_expires_at = now + timedelta(seconds=ctx.settings.lease_ttl_sec)
-    row.attempts += 1
-    row.assigned_at = now
+    lease = Lease(row.id, node_id, secrets.token_hex(16))
+    expires = now + timedelta(seconds=ctx.settings.lease_ttl_sec)
+    attempt = row.attempts + 1
+    if not await invoke_state.assign(
+        session, row.id, lease, attempt=attempt, expires_at=expires, now=now
+    ):
+        return None
     return wire.LeasedJob(
         invoke_id=row.id,
-        lease_token=row.lease_token,
-        lease_expires_at=row.lease_expires_at,
-        attempt=row.attempts,
+        lease_token=lease.token,
+        lease_expires_at=expires,
+        attempt=attempt,
         runtime=RuntimeName(row.runtime),
         model=model,
         inputs=inputs,
@@ -199,29 +186,21 @@ async def _lease(
     )
 
 
-async def mark_started(
-    session: AsyncSession, node_id: str, invoke_id: str, lease_token: str, now: datetime
-) -> None:
-    row = await session.get(InvokeRow, invoke_id)
-    timeout = row.timeout_sec if row is not None else 0
-    done = await session.execute(
-        update(InvokeRow)
-        .where(*_guard(invoke_id, lease_token, node_id))
-        .values(
-            status=InvokeStatus.RUNNING.value,
-            started_at=now,
-            deadline_at=now + timedelta(seconds=timeout),
-        )
-    )
-    if done.rowcount != 1:  # type: ignore[attr-defined]
-        raise _stale(invoke_id)
+async def mark_started(session: AsyncSession, lease: Lease, now: datetime) -> None:
+    row = await session.get(InvokeRow, lease.invoke_id)
+    if row is None or _verdict(row, lease) is wire.LeaseVerdict.DROP:
+        raise _stale(lease.invoke_id)
+    if row.status == InvokeStatus.RUNNING.value:
+        return  # a retried start
+    if not await invoke_state.start(session, lease, timeout_sec=row.timeout_sec, now=now):
+        raise _stale(lease.invoke_id)
 
 
-async def _verdict(row: InvokeRow | None, node_id: str, lease_token: str) -> wire.LeaseVerdict:
+def _verdict(row: InvokeRow | None, lease: Lease) -> wire.LeaseVerdict:
     if (
         row is None
-        or row.node_id != node_id
-        or row.lease_token != lease_token
+        or row.node_id != lease.node_id
+        or row.lease_token != lease.token
         or row.status not in ACTIVE_VALUES
     ):
         return wire.LeaseVerdict.DROP
@@ -243,30 +222,29 @@ async def heartbeat(
     node.last_seen_at = now
     node.telemetry = beat.telemetry.model_dump()
     expires = now + timedelta(seconds=settings.lease_ttl_sec)
-    statuses: list[wire.LeaseStatus] = []
-    ids = [lease.invoke_id for lease in beat.running]
+    ids = [running.invoke_id for running in beat.running]
     rows = (
         {
             row.id: row
-            for row in (
-                await session.scalars(
-                    select(InvokeRow).where(InvokeRow.id.in_(ids)).with_for_update()
-                )
-            ).all()
+            for row in (await session.scalars(select(InvokeRow).where(InvokeRow.id.in_(ids)))).all()
         }
         if ids
         else {}
     )
-    for lease in beat.running:
-        row = rows.get(lease.invoke_id)
-        verdict = await _verdict(row, node_id, lease.lease_token)
-        if verdict is wire.LeaseVerdict.DROP:
-            statuses.append(wire.LeaseStatus(invoke_id=lease.invoke_id, verdict=verdict))
-            continue
-        assert row is not None
-        row.lease_expires_at = expires
+    statuses: list[wire.LeaseStatus] = []
+    for running in beat.running:
+        lease = Lease(running.invoke_id, node_id, running.lease_token)
+        verdict = _verdict(rows.get(running.invoke_id), lease)
+        if verdict is not wire.LeaseVerdict.DROP and not await invoke_state.extend(
+            session, lease, expires
+        ):
+            verdict = wire.LeaseVerdict.DROP  # requeued or finished since the read
         statuses.append(
-            wire.LeaseStatus(invoke_id=lease.invoke_id, verdict=verdict, lease_expires_at=expires)
+            wire.LeaseStatus(
+                invoke_id=running.invoke_id,
+                verdict=verdict,
+                lease_expires_at=None if verdict is wire.LeaseVerdict.DROP else expires,
+            )
         )
     return wire.HeartbeatAck(
         leases=statuses, heartbeat_interval_sec=settings.heartbeat_interval_sec
@@ -275,18 +253,17 @@ async def heartbeat(
 
 async def append_log(
     session: AsyncSession,
-    node_id: str,
-    invoke_id: str,
-    body: wire.LogAppend,
+    lease: Lease,
+    text: str,
     now: datetime,
     settings: Settings,
 ) -> wire.LeaseVerdict:
-    row = await session.get(InvokeRow, invoke_id, with_for_update=True)
-    verdict = await _verdict(row, node_id, body.lease_token)
+    row = await session.get(InvokeRow, lease.invoke_id, with_for_update=True)
+    verdict = _verdict(row, lease)
     if verdict is wire.LeaseVerdict.DROP:
-        raise _stale(invoke_id)
+        raise _stale(lease.invoke_id)
     assert row is not None
-    add_log(session, row, body.text, now, settings)
+    add_log(session, row, text, now, settings)
     return verdict
 
 
@@ -306,29 +283,21 @@ def add_log(
     session.add(InvokeLogRow(invoke_id=row.id, attempt=row.attempts, created_at=now, text=text))
 
 
-async def leased_invoke(
-    session: AsyncSession, node_id: str, invoke_id: str, lease_token: str
-) -> InvokeRow:
-    row = await session.get(InvokeRow, invoke_id)
-    if await _verdict(row, node_id, lease_token) is wire.LeaseVerdict.DROP:
-        raise _stale(invoke_id)
+async def leased_invoke(session: AsyncSession, lease: Lease) -> InvokeRow:
+    row = await session.get(InvokeRow, lease.invoke_id)
+    if _verdict(row, lease) is wire.LeaseVerdict.DROP:
+        raise _stale(lease.invoke_id)
     assert row is not None
     return row
 
 
-async def record_checkpoint(
-    session: AsyncSession, node_id: str, invoke_id: str, lease_token: str, artifact_id: str
-) -> str | None:
+async def record_checkpoint(session: AsyncSession, lease: Lease, artifact_id: str) -> str | None:
     """Point the invoke at its newest snapshot; returns the one it replaces (to delete)."""
-    row = await session.get(InvokeRow, invoke_id, with_for_update=True)
-    previous = row.checkpoint_artifact_id if row is not None else None
-    done = await session.execute(
-        update(InvokeRow)
-        .where(*_guard(invoke_id, lease_token, node_id))
-        .values(checkpoint_artifact_id=artifact_id)
-    )
-    if done.rowcount != 1:  # type: ignore[attr-defined]
-        raise _stale(invoke_id)
+    row = await session.get(InvokeRow, lease.invoke_id, with_for_update=True)
+    if row is None or _verdict(row, lease) is wire.LeaseVerdict.DROP:
+        raise _stale(lease.invoke_id)
+    previous = row.checkpoint_artifact_id
+    row.checkpoint_artifact_id = artifact_id
     return previous
 
 
@@ -339,54 +308,32 @@ def _ms(later: datetime | None, earlier: datetime | None) -> int | None:
 
 
 async def report_result(
-    session: AsyncSession,
-    node_id: str,
-    invoke_id: str,
-    report: wire.ResultReport,
-    now: datetime,
+    session: AsyncSession, lease: Lease, report: wire.ResultReport, now: datetime
 ) -> InvokeStatus:
-    """Record the outcome exactly once; a retry of the same report is answered the same."""
-    row = await session.get(InvokeRow, invoke_id, with_for_update=True)
+    """Record the node's verdict exactly once; a retry of the same report is answered the same."""
+    row = await session.get(InvokeRow, lease.invoke_id, with_for_update=True)
     if row is None:
-        raise NotFound(f"invoke {invoke_id} does not exist")
+        raise NotFound(f"invoke {lease.invoke_id} does not exist")
     status = InvokeStatus(row.status)
-    if status.terminal and row.lease_token == report.lease_token and row.node_id == node_id:
+    if status.terminal and row.lease_token == lease.token and row.node_id == lease.node_id:
         return status  # the agent retried a report that was already recorded
-    result: dict[str, Any] | None = None
-    if report.metrics is not None:
-        metrics = report.metrics.model_copy(
-            update={"queue_ms": _ms(row.started_at or row.assigned_at, row.created_at)}
+    result = report.result
+    if result is not None:
+        queue_ms = _ms(row.started_at or row.assigned_at, row.created_at)
+        result = result.model_copy(
+            update={"metrics": result.metrics.model_copy(update={"queue_ms": queue_ms})}
         )
-        result = {"metrics": metrics.model_dump(mode="json")}
-        if report.outputs is not None:
-            result.update(
-                outputs_inline_base64=report.outputs.inline_base64,
-                outputs_url=report.outputs.url,
-                outputs_format=report.outputs.format,
-                outputs_size=report.outputs.size,
-                outputs_sha256=report.outputs.sha256,
-            )
-    error_code: str | None = report.error.code if report.error else None
-    error_message: str | None = report.error.message if report.error else None
-    if report.status != "done" and report.error is None:
-        fallback = {"timeout": ErrorCode.TIMEOUT, "canceled": ErrorCode.CANCELED}
-        error_code = fallback.get(report.status, ErrorCode.RUNTIME_ERROR).value
-        error_message = f"job {report.status}"
-    done = await session.execute(
-        update(InvokeRow)
-        .where(*_guard(invoke_id, report.lease_token, node_id))
-        .values(
-            status=report.status,
-            finished_at=now,
-            started_at=row.started_at or now,
-            result=result,
-            error_code=error_code,
-            error_message=error_message,
-        )
-    )
-    if done.rowcount != 1:  # type: ignore[attr-defined]
-        raise _stale(invoke_id)
-    return InvokeStatus(report.status)
+    if not await invoke_state.finish(
+        session,
+        lease,
+        report.status,
+        result=result,
+        error=report.error,
+        started_at=row.started_at or now,
+        now=now,
+    ):
+        raise _stale(lease.invoke_id)
+    return report.status
 
 
 @dataclass
@@ -417,35 +364,36 @@ async def expire_leases(
         )
     ).all()
     for row in rows:
-        node = row.node_id
+        lease = _lease_of(row)
         if row.cancel_requested_at is not None:
-            _finish(row, InvokeStatus.CANCELED, ErrorCode.CANCELED, "canceled by the tenant", now)
-            report.canceled += 1
+            if await invoke_state.end(
+                session,
+                lease,
+                InvokeStatus.CANCELED,
+                ErrorCode.CANCELED,
+                "canceled by the tenant",
+                now,
+            ):
+                report.canceled += 1
         elif row.attempts >= row.max_attempts:
-            _finish(
-                row,
+            if await invoke_state.end(
+                session,
+                lease,
                 InvokeStatus.FAILED,
                 ErrorCode.LEASE_EXPIRED,
                 f"the node running it stopped responding, {row.attempts} times; giving up",
                 now,
-            )
-            report.failed += 1
-        else:
+            ):
+                report.failed += 1
+        elif await invoke_state.requeue(session, lease):
             add_log(
                 session,
                 row,
-                f"[coordinator] node {node} stopped responding; requeued "
+                f"[coordinator] node {lease.node_id} stopped responding; requeued "
                 f"(attempt {row.attempts} of {row.max_attempts})\n",
                 now,
                 settings,
             )
-            row.status = InvokeStatus.QUEUED.value
-            row.node_id = None
-            row.lease_token = None
-            row.lease_expires_at = None
-            row.assigned_at = None
-            row.started_at = None
-            row.deadline_at = None
             report.requeued += 1
     overdue = (
         await session.scalars(
@@ -459,21 +407,18 @@ async def expire_leases(
         )
     ).all()
     for row in overdue:
-        _finish(
-            row,
+        if await invoke_state.end(
+            session,
+            _lease_of(row),
             InvokeStatus.TIMEOUT,
             ErrorCode.TIMEOUT,
             f"the job ran past its timeout_sec={row.timeout_sec} and its node did not stop it",
             now,
-        )
-        report.timed_out += 1
+        ):
+            report.timed_out += 1
     return report
 
 
-def _finish(
-    row: InvokeRow, status: InvokeStatus, code: ErrorCode, message: str, now: datetime
-) -> None:
-    row.status = status.value
-    row.finished_at = now
-    row.error_code = code.value
-    row.error_message = message
+def _lease_of(row: InvokeRow) -> Lease:
+    assert row.node_id is not None and row.lease_token is not None  # an active invoke
+    return Lease(row.id, row.node_id, row.lease_token)

@@ -5,15 +5,15 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.errors import NotFound
-from gpu_share.coordinator.ids import new_id
-from gpu_share.coordinator.orm import InvokeRow, NodeRow, ProviderRow, SessionRow
+from gpu_share.coordinator.core.errors import NotFound
+from gpu_share.coordinator.core.ids import new_id
+from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow
+from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.accounts import issue_key
+from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES
 from gpu_share.coordinator.services.placement import MICRO, Requirements, node_status, serves
-from gpu_share.coordinator.settings import Settings
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.accounts import Role
-from gpu_share.protocol.invokes import ACTIVE
 from gpu_share.protocol.nodes import (
     Node,
     NodeGpu,
@@ -22,9 +22,6 @@ from gpu_share.protocol.nodes import (
     Tier,
 )
 from gpu_share.protocol.runtimes import RuntimeName
-from gpu_share.protocol.sessions import SessionStatus
-
-ACTIVE_VALUES = [s.value for s in ACTIVE]
 
 
 def _apply_inventory(row: NodeRow, inventory: wire.NodeInventory) -> None:
@@ -174,20 +171,3 @@ async def any_node_serves(
     session: AsyncSession, req: Requirements, now: datetime, settings: Settings
 ) -> bool:
     return any(serves(node, req) for node in await live_nodes(session, now, settings))
-
-
-OPEN_SESSION_VALUES = [s.value for s in SessionStatus if s.open]
-
-
-async def session_reservations(session: AsyncSession) -> dict[str, int]:
-    """Memory (MB) the open sessions hold on each node."""
-    rows = await session.execute(
-        select(SessionRow.node_id, func.sum(SessionRow.reserved_mb))
-        .where(SessionRow.status.in_(OPEN_SESSION_VALUES), SessionRow.node_id.is_not(None))
-        .group_by(SessionRow.node_id)
-    )
-    return {node_id: int(total or 0) for node_id, total in rows.all() if node_id}
-
-
-def gpu_memory_mb(node: NodeRow) -> int:
-    return sum(int(g.get("vram_mb", 0)) for g in node.gpus)

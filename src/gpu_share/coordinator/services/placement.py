@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpu_share.coordinator.orm import InvokeRow, NodeRow
+from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
 from gpu_share.protocol.nodes import NodeStatus
 from gpu_share.protocol.runtimes import RuntimeName
 

@@ -5,10 +5,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator import keys
-from gpu_share.coordinator.errors import Unauthorized
-from gpu_share.coordinator.ids import new_id
-from gpu_share.coordinator.orm import EnrollmentTokenRow, ProviderRow
+from gpu_share.coordinator.core import keys
+from gpu_share.coordinator.core.errors import Unauthorized
+from gpu_share.coordinator.core.ids import new_id
+from gpu_share.coordinator.core.orm import EnrollmentTokenRow, ProviderRow
 from gpu_share.coordinator.services.accounts import issue_key
 from gpu_share.protocol.accounts import Role
 from gpu_share.protocol.nodes import Tier

@@ -14,17 +14,20 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.errors import ApiError, Conflict, Gone, NotFound, Unavailable
-from gpu_share.coordinator.ids import new_id
-from gpu_share.coordinator.orm import ArtifactRow, NodeRow, SessionRow
-from gpu_share.coordinator.runtime import Runtime
-from gpu_share.coordinator.services import leases, nodes
+from gpu_share.coordinator.core.clock import Clock
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.errors import ApiError, Conflict, Gone, NotFound, Unavailable
+from gpu_share.coordinator.core.ids import new_id
+from gpu_share.coordinator.core.orm import ArtifactRow, NodeRow, SessionRow
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.replica.session_hub import ForwardFailed, LiveSession, SessionHub
+from gpu_share.coordinator.services import leases, memory_fit, nodes
 from gpu_share.coordinator.services.invokes import resolve_url
 from gpu_share.coordinator.services.placement import MICRO, Requirements, serves
-from gpu_share.coordinator.session_hub import ForwardFailed, LiveSession
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.protocol.sessions import (
+    OPEN_SESSION_STATUSES,
     OpenSession,
     Session,
     SessionCreate,
@@ -34,12 +37,12 @@ from gpu_share.protocol.sessions import (
 
 log = logging.getLogger(__name__)
 
-OPEN_VALUES = nodes.OPEN_SESSION_VALUES
-MIN_RESERVATION_MB = 256
+OPEN_VALUES = sorted(s.value for s in OPEN_SESSION_STATUSES)
 CREATE_WAIT_SEC = 2.0  # answer `ready` at once when the model loads that fast
 START_WAIT_SEC = 300.0  # a forward to a starting session waits this long for it
 FORWARD_TIMEOUT_SEC = 300.0
 STALE_AFTER_SEC = 30.0  # no replica touched an open session this long: it was lost
+CONNECT_GRACE_SEC = 5.0  # a node just online connects its channel right after
 
 
 def to_wire(row: SessionRow, live: LiveSession | None = None) -> Session:
@@ -72,151 +75,26 @@ def to_wire(row: SessionRow, live: LiveSession | None = None) -> Session:
     )
 
 
-def _capacity_mb(node: NodeRow, needs_gpu: bool) -> int:
-    return nodes.gpu_memory_mb(node) if needs_gpu else node.ram_mb // 2
-
-
-async def _choose_node(
-    session: AsyncSession,
-    runtime: Runtime,
-    req: Requirements,
-    reserve_mb: int,
-    now: datetime,
-) -> NodeRow:
-    live = [n for n in await nodes.live_nodes(session, now, runtime.settings) if serves(n, req)]
-    connected = runtime.sessions.connected_nodes()
-    candidates = [n for n in live if n.id in connected]
-    if not candidates and live:
-        raise NotConnectedYet
-    if not candidates:
-        raise Unavailable(
-            f"no online node can hold a session for {req.describe()}; wait for a provider "
-            "or relax the constraints",
-            code=ErrorCode.NO_CAPACITY,
-            headers={"Retry-After": "30"},
-        )
-    reserved = await nodes.session_reservations(session)
-    free = {
-        n.id: _capacity_mb(n, req.runtime.needs_gpu) - int(reserved.get(n.id) or 0)
-        for n in candidates
-    }
-    best = max(candidates, key=lambda n: free[n.id])
-    if free[best.id] < reserve_mb:
-        raise Unavailable(
-            f"every node that serves {req.runtime.value} is full: the largest has "
-            f"{max(free[best.id], 0)} MB free and this model needs about {reserve_mb} MB; "
-            "close idle sessions or retry later",
-            code=ErrorCode.NO_CAPACITY,
-            headers={"Retry-After": "30"},
-        )
-    return best
-
-
 class NotConnectedYet(Exception):
     """A node that serves the session is online but its channel has not connected yet."""
 
 
-CONNECT_GRACE_SEC = 5.0
+@dataclass(frozen=True)
+class ForwardAnswer:
+    format: str
+    body: bytes
 
 
-async def create(
-    runtime: Runtime, tenant_id: str, body: SessionCreate, *, origins: set[str], base_url: str
-) -> Session:
-    try:
-        return await _create(runtime, tenant_id, body, origins=origins, base_url=base_url)
-    except NotConnectedYet:
-        # The node came online a moment ago; its agent connects its channel right after.
-        await runtime.sessions.wait_for_attach(CONNECT_GRACE_SEC)
-    try:
-        return await _create(runtime, tenant_id, body, origins=origins, base_url=base_url)
-    except NotConnectedYet:
-        raise Unavailable(
-            "the nodes that could hold this session are online but not reachable for "
-            "sessions yet; retry shortly",
-            code=ErrorCode.NO_CAPACITY,
-            headers={"Retry-After": "5"},
-        ) from None
-
-
-async def _create(
-    runtime: Runtime, tenant_id: str, body: SessionCreate, *, origins: set[str], base_url: str
-) -> Session:
-    now = runtime.clock.now()
-    req = Requirements(
+def requirements_of(body: SessionCreate) -> Requirements:
+    price = body.max_price_per_gpu_hour
+    return Requirements(
         runtime=body.runtime,
         min_vram_mb=int(body.min_vram_gb * 1000**3 / 1024**2) if body.min_vram_gb else None,
         gpu_model=body.gpu_model,
         region=body.region,
         tier=body.tier.value if body.tier else None,
-        max_price_micro=int(body.max_price_per_gpu_hour * MICRO)
-        if body.max_price_per_gpu_hour is not None
-        else None,
+        max_price_micro=int(price * MICRO) if price is not None else None,
     )
-    ctx = leases.LeaseContext(settings=runtime.settings, signer=runtime.signer, base_url=base_url)
-    async with runtime.db.write() as session:
-        model = await resolve_url(
-            session,
-            tenant_id,
-            "model_url",
-            body.model_url,
-            body.model_checksum_sha256,
-            origins,
-            now,
-        )
-        ref = await leases.artifact_ref(
-            session, body.model_url, model.artifact_id, model.sha256, now, ctx
-        )
-        assert ref is not None  # _resolve refused expired artifacts already
-        size = (
-            await session.scalar(
-                select(ArtifactRow.size).where(ArtifactRow.id == model.artifact_id)
-            )
-            if model.artifact_id
-            else None
-        )
-        # A model needs about its size several times over once loaded (weights, arena).
-        reserve_mb = max(MIN_RESERVATION_MB, 4 * (size or 0) // (1024 * 1024))
-        if req.min_vram_mb:
-            reserve_mb = max(reserve_mb, req.min_vram_mb)
-        node = await _choose_node(session, runtime, req, reserve_mb, now)
-        row = SessionRow(
-            id=new_id("ses"),
-            tenant_id=tenant_id,
-            node_id=node.id,
-            status=SessionStatus.STARTING.value,
-            runtime=body.runtime.value,
-            model_url=body.model_url,
-            model_artifact_id=model.artifact_id,
-            model_sha256=model.sha256,
-            idle_timeout_sec=body.idle_timeout_sec,
-            max_batch=body.max_batch,
-            max_concurrency=body.max_concurrency,
-            reserved_mb=reserve_mb,
-            created_at=now,
-            touched_at=now,
-            forward_count=0,
-        )
-        session.add(row)
-    live = LiveSession(
-        id=row.id,
-        tenant_id=tenant_id,
-        node_id=node.id,
-        idle_timeout_sec=body.idle_timeout_sec,
-        last_used=now,
-    )
-    await runtime.sessions.open(
-        live,
-        OpenSession(
-            session_id=row.id,
-            runtime=body.runtime,
-            model=ref,
-            max_batch=body.max_batch,
-            max_concurrency=body.max_concurrency,
-        ),
-    )
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(live.settled.wait(), CREATE_WAIT_SEC)
-    return await get(runtime, tenant_id, row.id)
 
 
 async def _owned(session: AsyncSession, tenant_id: str, session_id: str) -> SessionRow:
@@ -226,113 +104,13 @@ async def _owned(session: AsyncSession, tenant_id: str, session_id: str) -> Sess
     return row
 
 
-async def get(runtime: Runtime, tenant_id: str, session_id: str) -> Session:
-    # The live state first: the hub forgets a session only after its row is final, so
-    # a row read now is final whenever the hub no longer knew the session before it.
-    live = runtime.sessions.sessions.get(session_id)
-    async with runtime.db.read() as session:
-        row = await _owned(session, tenant_id, session_id)
-    return to_wire(row, live)
-
-
-async def list_for_tenant(
-    runtime: Runtime, tenant_id: str, *, include_closed: bool, limit: int
-) -> list[Session]:
-    query = select(SessionRow).where(SessionRow.tenant_id == tenant_id)
-    if not include_closed:
-        query = query.where(SessionRow.status.in_(OPEN_VALUES))
-    live = dict(runtime.sessions.sessions)  # before the read, as in `get`
-    async with runtime.db.read() as session:
-        rows = (await session.scalars(query.order_by(SessionRow.id.desc()).limit(limit))).all()
-    return [to_wire(row, live.get(row.id)) for row in rows]
-
-
-async def _finish(
-    runtime: Runtime,
-    session_id: str,
-    status: SessionStatus,
-    now: datetime,
-    error: SessionError | None = None,
-) -> None:
-    live = runtime.sessions.sessions.get(session_id)
-    values: dict[str, object] = {"status": status.value, "closed_at": now, "touched_at": now}
-    if live is not None and live.unflushed_forwards:
-        values["forward_count"] = SessionRow.forward_count + live.unflushed_forwards
-        live.unflushed_forwards = 0
-    if error is not None:
-        values.update(error_code=error.code, error_message=error.message)
-    async with runtime.db.write() as session:
-        await session.execute(
-            update(SessionRow)
-            .where(SessionRow.id == session_id, SessionRow.status.in_(OPEN_VALUES))
-            .values(**values)
-        )
-
-
-async def delete(runtime: Runtime, tenant_id: str, session_id: str) -> Session:
-    async with runtime.db.read() as session:
-        await _owned(session, tenant_id, session_id)
-    now = runtime.clock.now()
-    await _finish(runtime, session_id, SessionStatus.CLOSED, now)
-    await runtime.sessions.close(
-        session_id, "the session was deleted by its tenant", status=SessionStatus.CLOSED
-    )
-    return await get(runtime, tenant_id, session_id)
-
-
-@dataclass(frozen=True)
-class ForwardAnswer:
-    format: str
-    body: bytes
-
-
-async def forward(
-    runtime: Runtime, tenant_id: str, session_id: str, fmt: str, payload: bytes
-) -> ForwardAnswer:
-    live = runtime.sessions.sessions.get(session_id)
-    if live is None or live.tenant_id != tenant_id:
-        async with runtime.db.read() as session:
-            row = await _owned(session, tenant_id, session_id)
-        if SessionStatus(row.status).open:
-            raise Unavailable(
-                "this coordinator does not hold the session's connection (it is pinned to "
-                "another replica or was lost in a restart); retry, or create a new session",
-                headers={"Retry-After": "1"},
-            )
-        raise _ended(row.id, SessionStatus(row.status), row.error_code, row.error_message)
-    if live.status is SessionStatus.STARTING:
-        try:
-            await asyncio.wait_for(live.settled.wait(), START_WAIT_SEC)
-        except TimeoutError as exc:
-            raise Unavailable(f"session {session_id} is still starting; retry") from exc
-    if not live.status.open:
-        error = live.error
-        raise _ended(
-            session_id, live.status, error.code if error else None, error.message if error else None
-        )
-    try:
-        header, body = await runtime.sessions.forward(live, fmt, payload, FORWARD_TIMEOUT_SEC)
-    except ForwardFailed as exc:
-        raise _forward_error(exc) from exc
-    if not header.ok:
-        error = header.error or SessionError(code=ErrorCode.RUNTIME_ERROR, message="failed")
-        raise ApiError(
-            error.message,
-            code=ErrorCode.VALIDATION_ERROR,
-            details={"code": error.code, "session": "still usable"},
-        )
-    return ForwardAnswer(format=header.format, body=body)
-
-
-def _ended(
-    session_id: str, status: SessionStatus, code: str | None, message: str | None
-) -> ApiError:
-    reason = message or f"session {session_id} is {status.value}"
-    if status is SessionStatus.CLOSED:
-        return Gone(f"session {session_id} is closed: {reason}", details={"status": status.value})
+def ended(session_id: str, status: SessionStatus, error: SessionError | None) -> ApiError:
+    """The answer to a forward sent to a session that is over: 410 SESSION_CLOSED."""
+    reason = f": {error.message}" if error is not None else ""
     return Gone(
-        f"session {session_id} failed: {reason}",
-        details={"status": status.value, "code": code},
+        f"session {session_id} is {status.value}{reason}; create a new session",
+        code=ErrorCode.SESSION_CLOSED,
+        details={"status": status.value, "reason": error.code if error else None},
     )
 
 
@@ -341,95 +119,317 @@ def _forward_error(exc: ForwardFailed) -> ApiError:
         return Conflict(exc.error.message, details={"code": exc.error.code})
     if exc.status == 504:
         return Unavailable(exc.error.message, details={"code": exc.error.code})
-    return Gone(exc.error.message, details={"code": exc.error.code})
+    return Gone(
+        exc.error.message, code=ErrorCode.SESSION_CLOSED, details={"reason": exc.error.code}
+    )
 
 
-# Agent events
+class Sessions:
+    """The session rules over one replica's hub; built per use from what it needs."""
 
+    def __init__(self, db: Database, hub: SessionHub, clock: Clock) -> None:
+        self.db = db
+        self.hub = hub
+        self.clock = clock
 
-async def on_ready(
-    runtime: Runtime, node_id: str, session_id: str, device: str, inputs: list[dict[str, object]]
-) -> None:
-    live = runtime.sessions.sessions.get(session_id)
-    if live is None or live.node_id != node_id:
-        return
-    now = runtime.clock.now()
-    async with runtime.db.write() as session:
-        await session.execute(
-            update(SessionRow)
-            .where(SessionRow.id == session_id, SessionRow.status == SessionStatus.STARTING.value)
-            .values(
-                status=SessionStatus.READY.value,
-                ready_at=now,
-                touched_at=now,
-                device=device,
-                inputs=inputs,
-            )
-        )
-    live.last_used = now
-    runtime.sessions.settle(session_id, SessionStatus.READY)
+    # Tenants
 
-
-async def on_failed(runtime: Runtime, node_id: str, session_id: str, error: SessionError) -> None:
-    live = runtime.sessions.sessions.get(session_id)
-    if live is None or live.node_id != node_id:
-        return
-    await _finish(runtime, session_id, SessionStatus.FAILED, runtime.clock.now(), error)
-    runtime.sessions.settle(session_id, SessionStatus.FAILED, error)
-
-
-async def on_node_lost(runtime: Runtime, lost: list[LiveSession]) -> None:
-    """Record the failure; the hub keeps answering for these sessions until it is written."""
-    now = runtime.clock.now()
-    for live in lost:
+    async def create(
+        self,
+        tenant_id: str,
+        body: SessionCreate,
+        *,
+        origins: set[str],
+        ctx: leases.LeaseContext,
+    ) -> Session:
         try:
-            await _finish(runtime, live.id, SessionStatus.FAILED, now, live.error)
-        except Exception:  # the upkeep loop fails it later as unheld (STALE_AFTER_SEC)
-            log.exception("could not record that session %s failed", live.id)
-    runtime.sessions.forget([live.id for live in lost])
+            return await self._create(tenant_id, body, origins=origins, ctx=ctx)
+        except NotConnectedYet:
+            await self.hub.wait_for_attach(CONNECT_GRACE_SEC)
+        try:
+            return await self._create(tenant_id, body, origins=origins, ctx=ctx)
+        except NotConnectedYet:
+            raise Unavailable(
+                "the nodes that could hold this session are online but not reachable for "
+                "sessions yet; retry shortly",
+                code=ErrorCode.NO_CAPACITY,
+                headers={"Retry-After": "5"},
+            ) from None
 
-
-# Background upkeep
-
-
-async def maintain(runtime: Runtime) -> None:
-    """Close idle sessions, flush counters, and fail open sessions no replica holds."""
-    now = runtime.clock.now()
-    hub = runtime.sessions
-    for live in list(hub.idle()):
-        await _finish(
-            runtime,
-            live.id,
-            SessionStatus.CLOSED,
-            now,
-            SessionError(
-                code="IDLE_TIMEOUT",
-                message=f"closed after {live.idle_timeout_sec} s without a forward",
+    async def _create(
+        self, tenant_id: str, body: SessionCreate, *, origins: set[str], ctx: leases.LeaseContext
+    ) -> Session:
+        now = self.clock.now()
+        req = requirements_of(body)
+        async with self.db.write() as session:
+            model = await resolve_url(
+                session,
+                tenant_id,
+                "model_url",
+                body.model_url,
+                body.model_checksum_sha256,
+                origins,
+                now,
+            )
+            ref = await leases.artifact_ref(
+                session, body.model_url, model.artifact_id, model.sha256, now, ctx
+            )
+            assert ref is not None  # resolve_url refused expired artifacts already
+            size = (
+                await session.scalar(
+                    select(ArtifactRow.size).where(ArtifactRow.id == model.artifact_id)
+                )
+                if model.artifact_id
+                else None
+            )
+            reserve_mb = memory_fit.session_reservation_mb(size, req.min_vram_mb)
+            node = await self._choose_node(session, req, reserve_mb, now, ctx.settings)
+            row = SessionRow(
+                id=new_id("ses"),
+                tenant_id=tenant_id,
+                node_id=node.id,
+                status=SessionStatus.STARTING.value,
+                runtime=body.runtime.value,
+                model_url=body.model_url,
+                model_artifact_id=model.artifact_id,
+                model_sha256=model.sha256,
+                idle_timeout_sec=body.idle_timeout_sec,
+                max_batch=body.max_batch,
+                max_concurrency=body.max_concurrency,
+                reserved_mb=reserve_mb,
+                created_at=now,
+                touched_at=now,
+                forward_count=0,
+            )
+            session.add(row)
+        live = LiveSession(
+            id=row.id,
+            tenant_id=tenant_id,
+            node_id=node.id,
+            idle_timeout_sec=body.idle_timeout_sec,
+            last_used=now,
+        )
+        await self.hub.open(
+            live,
+            OpenSession(
+                session_id=row.id,
+                runtime=body.runtime,
+                model=ref,
+                max_batch=body.max_batch,
+                max_concurrency=body.max_concurrency,
             ),
         )
-        await hub.close(live.id, "idle timeout", status=SessionStatus.CLOSED)
-    async with runtime.db.write() as session:
-        for live in list(hub.sessions.values()):
-            values: dict[str, object] = {"touched_at": now}
-            if live.used_since_flush:
-                values["last_used_at"] = now
-                live.used_since_flush = False
-            if live.unflushed_forwards:
-                values["forward_count"] = SessionRow.forward_count + live.unflushed_forwards
-                live.unflushed_forwards = 0
-            await session.execute(
-                update(SessionRow).where(SessionRow.id == live.id).values(**values)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(live.settled.wait(), CREATE_WAIT_SEC)
+        return await self.get(tenant_id, row.id)
+
+    async def _choose_node(
+        self,
+        session: AsyncSession,
+        req: Requirements,
+        reserve_mb: int,
+        now: datetime,
+        settings: Settings,
+    ) -> NodeRow:
+        live = [n for n in await nodes.live_nodes(session, now, settings) if serves(n, req)]
+        connected = self.hub.connected_nodes()
+        candidates = [n for n in live if n.id in connected]
+        if not candidates and live:
+            raise NotConnectedYet
+        if not candidates:
+            raise Unavailable(
+                f"no online node can hold a session for {req.describe()}; wait for a provider "
+                "or relax the constraints",
+                code=ErrorCode.NO_CAPACITY,
+                headers={"Retry-After": "30"},
             )
-        await session.execute(
-            update(SessionRow)
-            .where(
-                SessionRow.status.in_(OPEN_VALUES),
-                SessionRow.touched_at < now - timedelta(seconds=STALE_AFTER_SEC),
+        reserved = await memory_fit.session_reservations(session)
+        free = {
+            n.id: memory_fit.capacity_mb(n, req.runtime.needs_gpu) - reserved.get(n.id, 0)
+            for n in candidates
+        }
+        best = max(candidates, key=lambda n: free[n.id])
+        if free[best.id] < reserve_mb:
+            raise Unavailable(
+                f"every node that serves {req.runtime.value} is full: the largest has "
+                f"{max(free[best.id], 0)} MB free and this model needs about {reserve_mb} MB; "
+                "close idle sessions or retry later",
+                code=ErrorCode.NO_CAPACITY,
+                headers={"Retry-After": "30"},
             )
-            .values(
-                status=SessionStatus.FAILED.value,
-                closed_at=now,
-                error_code="NODE_LOST",
-                error_message="the session's coordinator or node went away; create a new session",
-            )
+        return best
+
+    async def get(self, tenant_id: str, session_id: str) -> Session:
+        # The live state first: the hub forgets a session only after its row is final, so
+        # a row read now is final whenever the hub no longer knew the session before it.
+        live = self.hub.get(session_id)
+        async with self.db.read() as session:
+            row = await _owned(session, tenant_id, session_id)
+        return to_wire(row, live)
+
+    async def list_for_tenant(
+        self, tenant_id: str, *, include_closed: bool, limit: int
+    ) -> list[Session]:
+        query = select(SessionRow).where(SessionRow.tenant_id == tenant_id)
+        if not include_closed:
+            query = query.where(SessionRow.status.in_(OPEN_VALUES))
+        live = {held.id: held for held in self.hub.held()}  # before the read, as in `get`
+        async with self.db.read() as session:
+            rows = (await session.scalars(query.order_by(SessionRow.id.desc()).limit(limit))).all()
+        return [to_wire(row, live.get(row.id)) for row in rows]
+
+    async def delete(self, tenant_id: str, session_id: str) -> Session:
+        async with self.db.read() as session:
+            await _owned(session, tenant_id, session_id)
+        await self._finish(session_id, SessionStatus.CLOSED, self.clock.now())
+        await self.hub.close(
+            session_id, "the session was deleted by its tenant", status=SessionStatus.CLOSED
         )
+        return await self.get(tenant_id, session_id)
+
+    async def forward(
+        self, tenant_id: str, session_id: str, fmt: str, payload: bytes
+    ) -> ForwardAnswer:
+        live = self.hub.get(session_id)
+        if live is None or live.tenant_id != tenant_id:
+            async with self.db.read() as session:
+                row = await _owned(session, tenant_id, session_id)
+            status = SessionStatus(row.status)
+            if status.open:
+                raise Unavailable(
+                    "this coordinator does not hold the session's connection (it is pinned to "
+                    "another replica or was lost in a restart); retry, or create a new session",
+                    headers={"Retry-After": "1"},
+                )
+            error = (
+                SessionError(code=row.error_code, message=row.error_message or "")
+                if row.error_code
+                else None
+            )
+            raise ended(row.id, status, error)
+        if live.status is SessionStatus.STARTING:
+            try:
+                await asyncio.wait_for(live.settled.wait(), START_WAIT_SEC)
+            except TimeoutError as exc:
+                raise Unavailable(f"session {session_id} is still starting; retry") from exc
+        if not live.status.open:
+            raise ended(session_id, live.status, live.error)
+        try:
+            header, body = await self.hub.forward(live, fmt, payload, FORWARD_TIMEOUT_SEC)
+        except ForwardFailed as exc:
+            raise _forward_error(exc) from exc
+        if not header.ok:
+            error = header.error or SessionError(code=ErrorCode.RUNTIME_ERROR, message="failed")
+            raise ApiError(
+                error.message,
+                code=ErrorCode.VALIDATION_ERROR,
+                details={"code": error.code, "session": "still usable"},
+            )
+        return ForwardAnswer(format=header.format, body=body)
+
+    # Agents
+
+    async def on_ready(
+        self, node_id: str, session_id: str, device: str, inputs: list[dict[str, object]]
+    ) -> None:
+        live = self.hub.get(session_id)
+        if live is None or live.node_id != node_id:
+            return
+        now = self.clock.now()
+        async with self.db.write() as session:
+            await session.execute(
+                update(SessionRow)
+                .where(
+                    SessionRow.id == session_id,
+                    SessionRow.status == SessionStatus.STARTING.value,
+                )
+                .values(
+                    status=SessionStatus.READY.value,
+                    ready_at=now,
+                    touched_at=now,
+                    device=device,
+                    inputs=inputs,
+                )
+            )
+        live.last_used = now
+        self.hub.settle(session_id, SessionStatus.READY)
+
+    async def on_failed(self, node_id: str, session_id: str, error: SessionError) -> None:
+        live = self.hub.get(session_id)
+        if live is None or live.node_id != node_id:
+            return
+        await self._finish(session_id, SessionStatus.FAILED, self.clock.now(), error)
+        self.hub.settle(session_id, SessionStatus.FAILED, error)
+
+    async def on_node_lost(self, lost: list[LiveSession]) -> None:
+        """Record the failure; the hub keeps answering for these sessions until it is written."""
+        now = self.clock.now()
+        for live in lost:
+            try:
+                await self._finish(live.id, SessionStatus.FAILED, now, live.error)
+            except Exception:  # the upkeep loop fails it later as unheld (STALE_AFTER_SEC)
+                log.exception("could not record that session %s failed", live.id)
+        self.hub.forget([live.id for live in lost])
+
+    # Upkeep
+
+    async def maintain(self) -> None:
+        """Close idle sessions, flush counters, and fail open sessions no replica holds."""
+        now = self.clock.now()
+        for live in list(self.hub.idle()):
+            await self._finish(
+                live.id,
+                SessionStatus.CLOSED,
+                now,
+                SessionError(
+                    code=ErrorCode.IDLE_TIMEOUT,
+                    message=f"closed after {live.idle_timeout_sec} s without a forward",
+                ),
+            )
+            await self.hub.close(live.id, "idle timeout", status=SessionStatus.CLOSED)
+        async with self.db.write() as session:
+            for live in self.hub.held():
+                values: dict[str, object] = {"touched_at": now}
+                if live.used_since_flush:
+                    values["last_used_at"] = now
+                    live.used_since_flush = False
+                if live.unflushed_forwards:
+                    values["forward_count"] = SessionRow.forward_count + live.unflushed_forwards
+                    live.unflushed_forwards = 0
+                await session.execute(
+                    update(SessionRow).where(SessionRow.id == live.id).values(**values)
+                )
+            await session.execute(
+                update(SessionRow)
+                .where(
+                    SessionRow.status.in_(OPEN_VALUES),
+                    SessionRow.touched_at < now - timedelta(seconds=STALE_AFTER_SEC),
+                )
+                .values(
+                    status=SessionStatus.FAILED.value,
+                    closed_at=now,
+                    error_code=ErrorCode.NODE_LOST.value,
+                    error_message="the session's coordinator or node went away",
+                )
+            )
+
+    async def _finish(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        now: datetime,
+        error: SessionError | None = None,
+    ) -> None:
+        live = self.hub.get(session_id)
+        values: dict[str, object] = {"status": status.value, "closed_at": now, "touched_at": now}
+        if live is not None and live.unflushed_forwards:
+            values["forward_count"] = SessionRow.forward_count + live.unflushed_forwards
+            live.unflushed_forwards = 0
+        if error is not None:
+            values.update(error_code=error.code, error_message=error.message)
+        async with self.db.write() as session:
+            await session.execute(
+                update(SessionRow)
+                .where(SessionRow.id == session_id, SessionRow.status.in_(OPEN_VALUES))
+                .values(**values)
+            )

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import gpu_share.coordinator.orm
+import gpu_share.coordinator.core.orm
 
 
 revision: str = '0001'
@@ -26,7 +26,7 @@ def upgrade() -> None:
     sa.Column('sha256', sa.String(length=64), nullable=False),
     sa.Column('size', sa.BigInteger(), nullable=False),
     sa.Column('storage_key', sa.String(length=200), nullable=False),
-    sa.Column('created_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_blobs')),
     sa.UniqueConstraint('sha256', name=op.f('uq_blobs_sha256'))
     )
@@ -34,7 +34,7 @@ def upgrade() -> None:
     sa.Column('id', sa.String(length=40), nullable=False),
     sa.Column('name', sa.String(length=200), nullable=False),
     sa.Column('email', sa.String(length=254), nullable=False),
-    sa.Column('created_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_tenants'))
     )
     op.create_table('api_keys',
@@ -43,8 +43,8 @@ def upgrade() -> None:
     sa.Column('key_hash', sa.String(length=64), nullable=False),
     sa.Column('prefix', sa.String(length=24), nullable=False),
     sa.Column('tenant_id', sa.String(length=40), nullable=True),
-    sa.Column('created_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('revoked_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('revoked_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['tenant_id'], ['tenants.id'], name=op.f('fk_api_keys_tenant_id_tenants')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_api_keys')),
     sa.UniqueConstraint('key_hash', name=op.f('uq_api_keys_key_hash'))
@@ -57,8 +57,8 @@ def upgrade() -> None:
     sa.Column('size', sa.BigInteger(), nullable=False),
     sa.Column('sha256', sa.String(length=64), nullable=False),
     sa.Column('blob_id', sa.String(length=40), nullable=True),
-    sa.Column('created_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('expires_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('expires_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['blob_id'], ['blobs.id'], name=op.f('fk_artifacts_blob_id_blobs')),
     sa.ForeignKeyConstraint(['tenant_id'], ['tenants.id'], name=op.f('fk_artifacts_tenant_id_tenants')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_artifacts'))
@@ -75,8 +75,8 @@ def upgrade() -> None:
     sa.Column('status', sa.String(length=16), nullable=False),
     sa.Column('reason', sa.Text(), nullable=True),
     sa.Column('tenant_id', sa.String(length=40), nullable=True),
-    sa.Column('created_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('decided_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('decided_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['tenant_id'], ['tenants.id'], name=op.f('fk_tenant_applications_tenant_id_tenants')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_tenant_applications'))
     )

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import gpu_share.coordinator.orm
+import gpu_share.coordinator.core.orm
 
 
 revision: str = '0002'
@@ -26,13 +26,13 @@ def upgrade() -> None:
     sa.Column('name', sa.String(length=200), nullable=False),
     sa.Column('email', sa.String(length=254), nullable=False),
     sa.Column('tier', sa.String(length=16), nullable=False),
-    sa.Column('created_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_providers'))
     )
     op.create_table('server_secrets',
     sa.Column('name', sa.String(length=64), nullable=False),
     sa.Column('value', sa.String(length=200), nullable=False),
-    sa.Column('created_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('name', name=op.f('pk_server_secrets'))
     )
     op.create_table('enrollment_tokens',
@@ -40,8 +40,8 @@ def upgrade() -> None:
     sa.Column('provider_id', sa.String(length=40), nullable=False),
     sa.Column('token_hash', sa.String(length=64), nullable=False),
     sa.Column('prefix', sa.String(length=24), nullable=False),
-    sa.Column('created_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('revoked_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('revoked_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['provider_id'], ['providers.id'], name=op.f('fk_enrollment_tokens_provider_id_providers')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_enrollment_tokens')),
     sa.UniqueConstraint('token_hash', name=op.f('uq_enrollment_tokens_token_hash'))
@@ -67,8 +67,8 @@ def upgrade() -> None:
     sa.Column('price_per_gpu_hour_micro', sa.BigInteger(), nullable=True),
     sa.Column('telemetry', sa.JSON(), nullable=True),
     sa.Column('delisted', sa.Boolean(), nullable=False),
-    sa.Column('registered_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('last_seen_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('registered_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('last_seen_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['provider_id'], ['providers.id'], name=op.f('fk_nodes_provider_id_providers')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_nodes'))
     )
@@ -97,15 +97,15 @@ def upgrade() -> None:
     sa.Column('request_hash', sa.String(length=64), nullable=True),
     sa.Column('node_id', sa.String(length=40), nullable=True),
     sa.Column('lease_token', sa.String(length=64), nullable=True),
-    sa.Column('lease_expires_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('lease_expires_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
     sa.Column('attempts', sa.Integer(), nullable=False),
     sa.Column('max_attempts', sa.Integer(), nullable=False),
-    sa.Column('created_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('assigned_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('started_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('deadline_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('finished_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('cancel_requested_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('assigned_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('started_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('deadline_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('finished_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('cancel_requested_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
     sa.Column('result', sa.JSON(), nullable=True),
     sa.Column('log_bytes', sa.BigInteger(), nullable=False),
     sa.Column('error_code', sa.String(length=40), nullable=True),
@@ -126,7 +126,7 @@ def upgrade() -> None:
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('invoke_id', sa.String(length=40), nullable=False),
     sa.Column('attempt', sa.Integer(), nullable=False),
-    sa.Column('created_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
     sa.Column('text', sa.Text(), nullable=False),
     sa.ForeignKeyConstraint(['invoke_id'], ['invokes.id'], name=op.f('fk_invoke_logs_invoke_id_invokes'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_invoke_logs'))

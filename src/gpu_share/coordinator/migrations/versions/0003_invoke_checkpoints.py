@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import gpu_share.coordinator.orm
+import gpu_share.coordinator.core.orm
 
 
 revision: str = '0003'

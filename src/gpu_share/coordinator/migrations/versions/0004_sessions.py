@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import gpu_share.coordinator.orm
+import gpu_share.coordinator.core.orm
 
 
 revision: str = '0004'
@@ -36,11 +36,11 @@ def upgrade() -> None:
     sa.Column('reserved_mb', sa.Integer(), nullable=False),
     sa.Column('device', sa.String(length=16), nullable=True),
     sa.Column('inputs', sa.JSON(), nullable=True),
-    sa.Column('created_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('ready_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('last_used_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('touched_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('closed_at', gpu_share.coordinator.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('ready_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('last_used_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('touched_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('closed_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True),
     sa.Column('forward_count', sa.BigInteger(), nullable=False),
     sa.Column('error_code', sa.String(length=40), nullable=True),
     sa.Column('error_message', sa.Text(), nullable=True),

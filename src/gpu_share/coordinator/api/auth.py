@@ -1,0 +1,138 @@
+"""One way to learn who is calling, for HTTP routes and WebSockets alike.
+
+A Bearer key is resolved to a typed principal (`core.principals`) through the
+replica's key cache; each role has one dependency that yields its principal type.
+Missing, malformed, unknown or revoked key → 401; a valid key of another role → 403.
+A WebSocket gets the same answers as a close with code 1008 before it is accepted.
+"""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, TypeVar
+
+from fastapi import Depends, Query, WebSocketException
+from starlette.requests import HTTPConnection
+
+from gpu_share.coordinator.api.deps import ReplicaDep
+from gpu_share.coordinator.core.errors import ApiError, Forbidden, Unauthorized
+from gpu_share.coordinator.core.keys import hash_key
+from gpu_share.coordinator.core.principals import (
+    ROLE_NAMES,
+    AdminCaller,
+    NodeCaller,
+    Principal,
+    ProviderCaller,
+    TenantCaller,
+)
+from gpu_share.coordinator.replica.state import Replica
+from gpu_share.coordinator.services.accounts import authenticate
+
+P = TypeVar("P", bound=Principal)
+
+MAX_KEY_LENGTH = 200
+POLICY_VIOLATION = 1008  # the WebSocket close code for "not allowed"
+
+
+def bearer_key(connection: HTTPConnection) -> str:
+    header = connection.headers.get("authorization")
+    if not header:
+        raise Unauthorized("missing Authorization header; send 'Authorization: Bearer <API key>'")
+    scheme, _, key = header.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key or " " in key:
+        raise Unauthorized("malformed Authorization header; expected 'Bearer <API key>'")
+    if len(key) > MAX_KEY_LENGTH or not key.isascii():
+        raise Unauthorized("API key is unknown or revoked; ask an admin for a new one")
+    return key
+
+
+async def principal_of_connection(connection: HTTPConnection, replica: Replica) -> Principal:
+    key = bearer_key(connection)
+    key_hash = hash_key(key)
+    if (cached := replica.key_cache.get(key_hash)) is not None:
+        return cached
+    async with replica.db.read() as session:
+        principal = await authenticate(session, key)
+    replica.key_cache.put(key_hash, principal)
+    return principal
+
+
+def _role_check(principal: Principal, *kinds: type[Principal]) -> None:
+    if not isinstance(principal, kinds):
+        wanted = " or ".join(ROLE_NAMES[kind.role] for kind in kinds)
+        raise Forbidden(
+            f"this endpoint needs {wanted}; the key sent is {ROLE_NAMES[principal.role]}"
+        )
+
+
+def require(kind: type[P]) -> Callable[[HTTPConnection, Replica], Awaitable[P]]:
+    """A dependency yielding the caller as `kind`, or answering 401/403."""
+
+    async def dependency(connection: HTTPConnection, replica: ReplicaDep) -> P:
+        principal = await principal_of_connection(connection, replica)
+        _role_check(principal, kind)
+        assert isinstance(principal, kind)
+        return principal
+
+    return dependency
+
+
+def require_any(
+    *kinds: type[Principal],
+) -> Callable[[HTTPConnection, Replica], Awaitable[Principal]]:
+    async def dependency(connection: HTTPConnection, replica: ReplicaDep) -> Principal:
+        principal = await principal_of_connection(connection, replica)
+        _role_check(principal, *kinds)
+        return principal
+
+    return dependency
+
+
+def on_websocket(
+    dependency: Callable[[HTTPConnection, Replica], Awaitable[P]],
+) -> Callable[[HTTPConnection, Replica], Awaitable[P]]:
+    """The same check for a WebSocket: refusals close it (1008) with the same message."""
+
+    async def checked(connection: HTTPConnection, replica: ReplicaDep) -> P:
+        try:
+            return await dependency(connection, replica)
+        except ApiError as exc:
+            raise WebSocketException(POLICY_VIOLATION, reason=exc.message[:120]) from exc
+
+    return checked
+
+
+TenantPrincipal = Annotated[TenantCaller, Depends(require(TenantCaller))]
+ProviderPrincipal = Annotated[ProviderCaller, Depends(require(ProviderCaller))]
+NodePrincipal = Annotated[NodeCaller, Depends(require(NodeCaller))]
+AdminPrincipal = Annotated[AdminCaller, Depends(require(AdminCaller))]
+TenantOrAdmin = Annotated[Principal, Depends(require_any(TenantCaller, AdminCaller))]
+NodeChannel = Annotated[NodeCaller, Depends(on_websocket(require(NodeCaller)))]
+
+
+@dataclass(frozen=True)
+class SignedLink:
+    """A download authorized by a signed token in the URL (handed to an agent with a job)."""
+
+    artifact_id: str
+
+
+async def artifact_reader(
+    artifact_id: str,
+    connection: HTTPConnection,
+    replica: ReplicaDep,
+    token: Annotated[
+        str | None,
+        Query(
+            max_length=200, description="Signed token in URLs handed to agents (instead of a key)"
+        ),
+    ] = None,
+) -> TenantCaller | SignedLink:
+    """Who may read an artifact's bytes: its owner's key, or a signed link to it."""
+    if token is not None:
+        replica.signer.verify(token, artifact_id, replica.clock.now())
+        return SignedLink(artifact_id)
+    return await require(TenantCaller)(connection, replica)
+
+
+ArtifactReader = Annotated[TenantCaller | SignedLink, Depends(artifact_reader)]

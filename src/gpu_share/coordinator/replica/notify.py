@@ -1,0 +1,149 @@
+"""Wake-ups for long-polls, on two channels: "new work may be queued" (agents' leases)
+and "an invoke may have finished" (tenants' `GET …?wait=N`).
+
+In one process a version counter and an event per channel suffice. With PostgreSQL,
+replicas tell each other through LISTEN/NOTIFY; the listener reconnects on its own,
+and waiters never sleep longer than `max_wait`, so a lost notification costs
+latency, not work: a woken waiter always re-reads the database.
+"""
+
+import asyncio
+import contextlib
+import logging
+from enum import StrEnum
+from typing import Any
+
+import asyncpg
+from sqlalchemy.engine import make_url
+
+from gpu_share.backoff import Backoff
+
+log = logging.getLogger(__name__)
+
+
+class Channel(StrEnum):
+    WORK = "gpushare_work"
+    FINISHED = "gpushare_finished"
+
+
+class _Signal:
+    def __init__(self) -> None:
+        self.version = 0
+        self.event = asyncio.Event()
+
+    def bump(self) -> None:
+        self.version += 1
+        event, self.event = self.event, asyncio.Event()
+        event.set()
+
+
+class Notifier:
+    def __init__(self, *, max_wait: float = 5.0) -> None:
+        self._signals = {channel: _Signal() for channel in Channel}
+        self._closed = False
+        self.max_wait = max_wait
+
+    def version(self, channel: Channel) -> int:
+        return self._signals[channel].version
+
+    def bump(self, channel: Channel) -> None:
+        self._signals[channel].bump()
+
+    async def wait(self, channel: Channel, since: int, timeout: float) -> None:
+        """Return when the channel's version moves past `since`, after `timeout`, or on close."""
+        signal = self._signals[channel]
+        if signal.version != since or self._closed or timeout <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(signal.event.wait(), min(timeout, self.max_wait))
+
+    async def publish(self, channel: Channel) -> None:
+        self.bump(channel)
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        self._closed = True
+        for channel in Channel:
+            self.bump(channel)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+class PostgresNotifier(Notifier):
+    def __init__(self, database_url: str, *, max_wait: float = 5.0) -> None:
+        super().__init__(max_wait=max_wait)
+        self._dsn = (
+            make_url(database_url)
+            .set(drivername="postgresql")
+            .render_as_string(hide_password=False)
+        )
+        self._listener: asyncpg.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._sender: asyncpg.Connection | None = None
+        self._send_lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._listen_forever(), name="notifier:listen")
+
+    async def _listen_forever(self) -> None:
+        backoff = Backoff(first=0.5, cap=10.0)
+        while not self._closed:
+            try:
+                conn = await asyncpg.connect(self._dsn)
+                self._listener = conn
+                for channel in Channel:
+                    await conn.add_listener(channel.value, self._on_notify)
+                backoff.reset()
+                for channel in Channel:
+                    self.bump(channel)  # anything published while we were away
+                while not conn.is_closed() and not self._closed:  # noqa: ASYNC110
+                    await asyncio.sleep(1.0)  # asyncpg has no "connection lost" event
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning(
+                    "LISTEN connection failed (%s); retrying in %.1fs", exc, backoff.upcoming
+                )
+            finally:
+                if self._listener is not None:
+                    with contextlib.suppress(Exception):
+                        await self._listener.close()
+                    self._listener = None
+            await backoff.sleep(self._stop)
+
+    def _on_notify(self, _conn: Any, _pid: int, channel: str, _payload: str) -> None:
+        with contextlib.suppress(ValueError):
+            self.bump(Channel(channel))
+
+    async def publish(self, channel: Channel) -> None:
+        self.bump(channel)
+        try:
+            async with self._send_lock:
+                if self._sender is None or self._sender.is_closed():
+                    self._sender = await asyncpg.connect(self._dsn)
+                await self._sender.execute(f"NOTIFY {channel.value}")
+        except Exception as exc:  # other replicas fall back to their max_wait polling
+            log.warning("NOTIFY failed: %s", exc)
+            self._sender = None
+
+    async def close(self) -> None:
+        await super().close()
+        self._stop.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._sender is not None:
+            with contextlib.suppress(Exception):
+                await self._sender.close()
+
+
+def notifier_for(database_url: str) -> Notifier:
+    if make_url(database_url).get_backend_name() == "postgresql":
+        return PostgresNotifier(database_url)
+    return Notifier()

@@ -1,0 +1,30 @@
+"""`Replica`: what one running coordinator process holds, built once by the app's lifespan.
+
+Routers reach it through `api.deps.ReplicaDep` and background loops get it passed
+in; services never see it whole, they take the parts they use.
+"""
+
+from dataclasses import dataclass
+
+from gpu_share.coordinator.core.clock import Clock
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.core.signing import UrlSigner
+from gpu_share.coordinator.replica.key_cache import KeyCache
+from gpu_share.coordinator.replica.notify import Notifier
+from gpu_share.coordinator.replica.session_hub import SessionHub
+from gpu_share.coordinator.storage import ArtifactStore
+from gpu_share.netguard import SafeFetcher
+
+
+@dataclass
+class Replica:
+    settings: Settings
+    db: Database
+    store: ArtifactStore
+    clock: Clock
+    notifier: Notifier  # wakes long-polls here and on the other replicas
+    signer: UrlSigner
+    fetcher: SafeFetcher
+    hub: SessionHub  # the live sessions whose nodes are connected to this replica
+    key_cache: KeyCache

@@ -1,0 +1,109 @@
+"""SPEC §1.8 error shape for framework errors; §1.2 health; OpenAPI and docs."""
+
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from fastapi import FastAPI
+
+from gpu_share.coordinator.core.db import Database
+from gpu_share.testing.factories import TenantHandle
+
+
+async def test_unknown_route_is_404_in_the_error_shape(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/nothing-here")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "NOT_FOUND"
+
+
+async def test_wrong_method_is_405_in_the_error_shape(client: httpx.AsyncClient) -> None:
+    response = await client.put("/health")
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{not json", b"[]", b'{"name": 5}', b"\xff\xfe", b'{"name":"a","email":"a@b.cd"'],
+    ids=repr,
+)
+async def test_malformed_json_is_422_with_details(client: httpx.AsyncClient, body: bytes) -> None:
+    response = await client.post(
+        "/v1/tenant/applications", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "VALIDATION_ERROR"
+    assert isinstance(error["details"], list) and error["details"]
+
+
+async def test_health_reports_database_and_version(client: httpx.AsyncClient) -> None:
+    response = await client.get("/health")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ok",
+        "version": "0.4.0",
+        "database": "ok",
+        "nodes_online": 0,
+    }
+
+
+async def test_health_is_503_degraded_when_the_database_is_unreachable(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    replica = app.state.replica
+    healthy_db = replica.db
+    replica.db = Database("postgresql+asyncpg://nobody@127.0.0.1:9/none")
+    try:
+        response = await client.get("/health")
+    finally:
+        await replica.db.dispose()
+        replica.db = healthy_db
+    assert response.status_code == 503
+    assert response.json()["status"] == "degraded"
+    assert response.json()["database"] == "unreachable"
+
+
+async def test_openapi_json_and_yaml_agree_and_carry_version(client: httpx.AsyncClient) -> None:
+    as_json = (await client.get("/openapi.json")).json()
+    as_yaml = yaml.safe_load((await client.get("/openapi.yaml")).text)
+    assert as_json == as_yaml
+    assert as_json["info"]["version"] == "0.4.0"
+
+
+async def test_every_keyed_operation_documents_its_errors(client: httpx.AsyncClient) -> None:
+    spec: dict[str, Any] = (await client.get("/openapi.json")).json()
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            responses = op["responses"]
+            if path.startswith("/v1/") and path != "/v1/tenant/applications":
+                assert "401" in responses, f"{method} {path}"
+                if path != "/v1/agent/register":  # an enrollment token has no role
+                    assert "403" in responses, f"{method} {path}"
+            for status, response in responses.items():
+                if status.startswith(("4", "5")) and path != "/health":
+                    schema = response["content"]["application/json"]["schema"]
+                    assert schema["$ref"].endswith("/ErrorResponse"), f"{method} {path} {status}"
+
+
+async def test_swagger_ui_is_served(client: httpx.AsyncClient) -> None:
+    response = await client.get("/docs")
+    assert response.status_code == 200
+    assert "swagger-ui" in response.text
+    assert "/openapi.json" in response.text
+
+
+async def test_upload_operation_documents_a_binary_body(client: httpx.AsyncClient) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    upload = spec["paths"]["/v1/artifacts"]["post"]
+    assert "application/octet-stream" in upload["requestBody"]["content"]
+    assert {"201", "401", "413", "422"} <= set(upload["responses"])
+
+
+async def test_another_tenants_listing_is_empty(
+    client: httpx.AsyncClient, tenant: TenantHandle, other_tenant: TenantHandle
+) -> None:
+    await client.post("/v1/artifacts?kind=model", content=b"abc", headers=tenant.headers)
+    listed = await client.get("/v1/artifacts", headers=other_tenant.headers)
+    assert listed.json() == {"items": [], "next_cursor": None}

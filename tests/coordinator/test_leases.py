@@ -1,0 +1,304 @@
+"""Leases (DESIGN.md): exclusive claims, guarded updates, expiry, requeue, exactly-once results."""
+
+import asyncio
+import base64
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from gpu_share.agent.client import StaleLease
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.loops import lease_expiry
+from gpu_share.protocol.agent import LeaseVerdict
+from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.testing.clock import FrozenClock
+from gpu_share.testing.factories import HELLO_WORLD, TenantHandle
+from gpu_share.testing.simulated_agent import H100, AgentFactory, done_report, inventory
+
+CPU_HELLO = {**HELLO_WORLD, "runtime": "onnx_cpu"}
+
+
+async def submit(
+    client: httpx.AsyncClient, tenant: TenantHandle, body: dict[str, Any] = CPU_HELLO
+) -> str:
+    response = await client.post("/v1/gpu/invoke", json=body, headers=tenant.headers)
+    assert response.status_code == 202, response.text
+    invoke_id: str = response.json()["id"]
+    return invoke_id
+
+
+async def status_of(
+    client: httpx.AsyncClient, tenant: TenantHandle, invoke_id: str
+) -> dict[str, Any]:
+    body: dict[str, Any] = (
+        await client.get(f"/v1/gpu/invokes/{invoke_id}", headers=tenant.headers)
+    ).json()
+    return body
+
+
+async def test_a_job_is_leased_to_one_agent_only(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    first, second = await sim_agent(), await sim_agent()
+    invoke_id = await submit(client, tenant)
+    got = await asyncio.gather(first.lease(), second.lease())
+    assert sorted(len(jobs) for jobs in got) == [0, 1]
+    job = (got[0] or got[1])[0]
+    assert job.invoke_id == invoke_id
+    assert job.model.url == HELLO_WORLD["model_url"] and not job.model.platform
+    state = await status_of(client, tenant, invoke_id)
+    assert (state["status"], state["attempts"]) == ("assigned", 1)
+
+
+async def test_result_is_recorded_with_metrics_and_inline_outputs(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    agent = await sim_agent()
+    invoke_id = await submit(client, tenant)
+    (job,) = await agent.lease()
+    await agent.complete(job, outputs=b"NPZ!")
+    state = await status_of(client, tenant, invoke_id)
+    assert state["status"] == "done"
+    assert state["node_id"] == agent.node_id
+    result = state["result"]
+    assert base64.b64decode(result["outputs_inline_base64"]) == b"NPZ!"
+    assert result["outputs_format"] == "npz"
+    assert result["metrics"]["device"] == "cpu"
+    assert result["metrics"]["queue_ms"] is not None
+    assert state["finished_at"] is not None
+
+
+async def test_a_retried_result_report_is_accepted_once(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    agent = await sim_agent()
+    invoke_id = await submit(client, tenant)
+    (job,) = await agent.lease()
+    await agent.complete(job)
+    await agent.client.report(job.invoke_id, done_report(job, b"other"), retry_for=0)
+    state = await status_of(client, tenant, invoke_id)
+    assert base64.b64decode(state["result"]["outputs_inline_base64"]) == b"sim-outputs"
+
+
+async def test_expired_lease_requeues_and_the_late_result_is_refused(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+    settings: Settings,
+) -> None:
+    lost, healthy = await sim_agent(), await sim_agent()
+    invoke_id = await submit(client, tenant)
+    (stale_job,) = await lost.lease()
+    await lost.client.start(stale_job.invoke_id, stale_job.lease_token)
+    clock.advance(settings.lease_ttl_sec + 1)
+    report = await lease_expiry.run_once(app.state.replica)
+    assert report.requeued == 1
+    assert (await status_of(client, tenant, invoke_id))["status"] == "queued"
+
+    (job,) = await healthy.lease()
+    assert job.attempt == 2 and job.lease_token != stale_job.lease_token
+    with pytest.raises(StaleLease):
+        await lost.client.report(invoke_id, done_report(stale_job, b"late"), retry_for=0)
+    ack = await lost.heartbeat([stale_job])
+    assert ack.leases[0].verdict is LeaseVerdict.DROP
+    await healthy.complete(job, b"on time")
+    state = await status_of(client, tenant, invoke_id)
+    assert (state["status"], state["attempts"], state["node_id"]) == ("done", 2, healthy.node_id)
+    assert base64.b64decode(state["result"]["outputs_inline_base64"]) == b"on time"
+    logs = (await client.get(f"/v1/gpu/invokes/{invoke_id}/logs", headers=tenant.headers)).text
+    assert "stopped responding; requeued (attempt 1 of 3)" in logs
+
+
+async def test_heartbeats_keep_a_long_job_leased(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+    settings: Settings,
+) -> None:
+    agent = await sim_agent()
+    invoke_id = await submit(client, tenant)
+    (job,) = await agent.lease()
+    for _ in range(5):
+        clock.advance(settings.lease_ttl_sec * 0.8)
+        ack = await agent.heartbeat([job])
+        assert ack.leases[0].verdict is LeaseVerdict.KEEP
+        await lease_expiry.run_once(app.state.replica)
+    assert (await status_of(client, tenant, invoke_id))["status"] == "assigned"
+
+
+async def test_an_invoke_fails_after_max_attempts(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+    settings: Settings,
+) -> None:
+    agent = await sim_agent()
+    invoke_id = await submit(client, tenant)
+    for _ in range(settings.max_attempts):
+        (job,) = await agent.lease()
+        clock.advance(settings.lease_ttl_sec + 1)
+        await agent.heartbeat()  # the node is alive, the job's lease is not
+        await lease_expiry.run_once(app.state.replica)
+    state = await status_of(client, tenant, invoke_id)
+    assert state["status"] == "failed"
+    assert state["error"]["code"] == "LEASE_EXPIRED"
+    assert state["attempts"] == settings.max_attempts
+    assert await agent.lease() == []
+    del job
+
+
+async def test_a_job_overrunning_its_timeout_is_ended_by_the_coordinator(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+    settings: Settings,
+) -> None:
+    agent = await sim_agent()
+    invoke_id = await submit(client, tenant, {**CPU_HELLO, "timeout_sec": 60})
+    (job,) = await agent.lease()
+    await agent.client.start(job.invoke_id, job.lease_token)
+    for _ in range(10):
+        clock.advance(10)
+        await agent.heartbeat([job])
+        await lease_expiry.run_once(app.state.replica)
+    state = await status_of(client, tenant, invoke_id)
+    assert state["status"] == "timeout"
+    assert state["error"]["code"] == "TIMEOUT"
+
+
+async def test_on_demand_work_is_leased_before_spot_work(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    agent = await sim_agent()
+    spot = await submit(client, tenant, {**CPU_HELLO, "priority": "spot"})
+    on_demand = await submit(client, tenant)
+    (first,) = await agent.lease()
+    assert first.invoke_id == on_demand
+    await agent.complete(first)
+    assert [j.invoke_id for j in await agent.lease()] == [spot]
+
+
+async def test_a_node_only_leases_jobs_it_can_serve(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    cpu = await sim_agent(inventory(runtimes=[RuntimeName.ONNX_CPU]))
+    gpu = await sim_agent(
+        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100])
+    )
+    cuda_job = await submit(client, tenant, {**HELLO_WORLD, "gpu_model": "H100"})
+    assert await cpu.lease() == []
+    assert await gpu.lease(free_gpus=0) == []  # its only GPU is busy
+    assert [j.invoke_id for j in await gpu.lease(free_gpus=1)] == [cuda_job]
+
+
+async def test_a_node_never_holds_more_jobs_than_its_slots(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    agent = await sim_agent(inventory(slots=2))
+    for _ in range(4):
+        await submit(client, tenant)
+    assert len(await agent.lease(slots=8)) == 2
+    assert await agent.lease(slots=8) == []
+
+
+async def test_a_long_poll_returns_as_soon_as_work_is_queued(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    agent = await sim_agent()
+    waiting = asyncio.create_task(agent.lease(wait=25))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    invoke_id = await submit(client, tenant)
+    # Far below the 25 s wait: only a wake-up can answer this fast.
+    jobs = await asyncio.wait_for(waiting, timeout=10)
+    assert [j.invoke_id for j in jobs] == [invoke_id]
+
+
+async def test_stale_tokens_are_refused_for_start_and_logs(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    agent = await sim_agent()
+    await submit(client, tenant)
+    (job,) = await agent.lease()
+    with pytest.raises(StaleLease):
+        await agent.client.start(job.invoke_id, "0" * 32)
+    with pytest.raises(StaleLease):
+        await agent.client.append_logs(job.invoke_id, "0" * 32, "x")
+
+
+@pytest.mark.slow
+async def test_four_agents_two_hundred_invokes_each_done_exactly_once(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    agents = [await sim_agent(inventory(slots=2, hostname=f"sim-{i}")) for i in range(4)]
+    ids = [await submit(client, tenant) for _ in range(200)]
+    stop = asyncio.Event()
+    serving = [asyncio.create_task(a.serve(stop)) for a in agents]
+    for _ in range(600):
+        done = (
+            await client.get(
+                "/v1/gpu/invokes", params={"status": "done", "limit": 200}, headers=tenant.headers
+            )
+        ).json()
+        if len(done["items"]) == 200:
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.gather(*serving)
+    leased = [i for a in agents for i in a.leased]
+    assert sorted(leased) == sorted(ids), "every invoke leased exactly once"
+    assert sorted(i for a in agents for i in a.reported) == sorted(ids)
+    states = [await status_of(client, tenant, i) for i in ids]
+    assert {(s["status"], s["attempts"]) for s in states} == {("done", 1)}
+    assert sum(1 for a in agents if a.leased) >= 2, "the work was shared"
+
+
+async def test_gpu_jobs_are_not_leased_into_memory_sessions_hold(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+) -> None:
+    from sqlalchemy import update
+
+    from gpu_share.coordinator.core.orm import SessionRow
+
+    gpu = await sim_agent(
+        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100], slots=2)
+    )
+    async with app.state.replica.db.write() as session:
+        session.add(
+            SessionRow(
+                id="ses_held",
+                tenant_id=tenant.id,
+                node_id=gpu.node_id,
+                status="ready",
+                runtime="onnx_cuda",
+                model_url="https://example.com/m.onnx",
+                idle_timeout_sec=300,
+                max_concurrency=1,
+                reserved_mb=80_000,
+                created_at=clock.now(),
+                touched_at=clock.now(),
+                forward_count=0,
+            )
+        )
+    job_id = await submit(client, tenant, {**HELLO_WORLD, "min_vram_gb": 10})
+    cpu_id = await submit(client, tenant)
+    assert [j.invoke_id for j in await gpu.lease(slots=2)] == [cpu_id]  # CPU work still runs
+    async with app.state.replica.db.write() as session:
+        await session.execute(
+            update(SessionRow).where(SessionRow.id == "ses_held").values(status="closed")
+        )
+    assert [j.invoke_id for j in await gpu.lease(slots=2)] == [job_id]

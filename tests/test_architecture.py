@@ -1,0 +1,188 @@
+"""DESIGN.md boundaries, checked on the source: one layer per folder, no import upward.
+
+coordinator:  core  ←  storage  ←  replica  ←  services  ←  loops | api | web  ←  app
+everywhere:   protocol and netguard know nothing of the parts that use them;
+              the agent never imports the coordinator; the SDK imports no server code;
+              services never import FastAPI; the CLI imports servers only lazily,
+              inside the commands that run them.
+"""
+
+import ast
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "gpu_share"
+
+# The coordinator's layers, lowest first; a module may import its own folder and lower ranks.
+COORDINATOR_RANKS = {
+    "core": 0,
+    "storage": 1,
+    "migrations": 1,
+    "replica": 2,
+    "services": 3,
+    "loops": 4,
+    "api": 4,
+    "web": 4,
+}
+WIRING_RANK = 5  # app.py, embedded.py, migrate.py at the coordinator's root
+SERVER_PACKAGES = ("gpu_share.coordinator", "gpu_share.agent", "gpu_share.testing")
+WEB_FRAMEWORKS = ("fastapi", "starlette", "uvicorn")
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str  # dotted module name
+    imported: str
+    top_level: bool  # at module level (not inside a function)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_module(dotted: str) -> bool:
+    path = SRC.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+class _Collector(ast.NodeVisitor):
+    def __init__(self, importer: str) -> None:
+        self.importer = importer
+        self.depth = 0
+        self.found: list[Import] = []
+
+    def _add(self, name: str) -> None:
+        self.found.append(Import(self.importer, name, self.depth == 0))
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:  # relative imports are not used in this code base
+            base = self.importer.rsplit(".", node.level)[0]
+            module = f"{base}.{node.module}" if node.module else base
+        else:
+            module = node.module or ""
+        for alias in node.names:
+            candidate = f"{module}.{alias.name}"
+            self._add(candidate if _is_module(candidate) else module)
+
+
+def all_imports() -> list[Import]:
+    found: list[Import] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "migrations/versions" in path.as_posix():
+            continue
+        collector = _Collector(module_name(path))
+        collector.visit(ast.parse(path.read_text(), str(path)))
+        found.extend(collector.found)
+    return found
+
+
+IMPORTS = all_imports()
+
+
+def _coordinator_layer(module: str) -> tuple[str, int] | None:
+    parts = module.split(".")
+    if parts[:2] != ["gpu_share", "coordinator"] or len(parts) < 3:
+        return None
+    folder = parts[2]
+    if folder in COORDINATOR_RANKS:
+        return folder, COORDINATOR_RANKS[folder]
+    return "wiring", WIRING_RANK
+
+
+def test_no_coordinator_import_runs_upward_or_sideways() -> None:
+    wrong = []
+    for imp in IMPORTS:
+        here, there = _coordinator_layer(imp.importer), _coordinator_layer(imp.imported)
+        if here is None or there is None or here[0] == there[0]:
+            continue
+        if there[1] >= here[1]:
+            wrong.append(f"{imp.importer} ({here[0]}) imports {imp.imported} ({there[0]})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_coordinator_root_holds_only_wiring() -> None:
+    root = PACKAGE / "coordinator"
+    loose = sorted(p.name for p in root.glob("*.py"))
+    assert loose == ["__init__.py", "app.py", "embedded.py", "migrate.py"]
+
+
+def _offenders(importer_prefix: str, forbidden: tuple[str, ...], *, top_only: bool) -> list[str]:
+    return [
+        f"{imp.importer} imports {imp.imported}"
+        for imp in IMPORTS
+        if (imp.importer == importer_prefix or imp.importer.startswith(importer_prefix + "."))
+        and any(imp.imported == f or imp.imported.startswith(f + ".") for f in forbidden)
+        and (imp.top_level or not top_only)
+    ]
+
+
+def test_the_agent_never_imports_the_coordinator() -> None:
+    assert not _offenders("gpu_share.agent", ("gpu_share.coordinator",), top_only=False)
+
+
+def test_services_never_import_a_web_framework() -> None:
+    for layer in ("services", "core", "replica", "storage"):
+        assert not _offenders(f"gpu_share.coordinator.{layer}", WEB_FRAMEWORKS, top_only=False)
+
+
+def test_the_sdk_imports_no_server_code() -> None:
+    assert not _offenders("gpu_share.sdk", SERVER_PACKAGES, top_only=False)
+
+
+def test_the_cli_imports_server_code_only_inside_the_commands_that_run_servers() -> None:
+    assert not _offenders("gpu_share.cli", SERVER_PACKAGES, top_only=True)
+
+
+@pytest.mark.parametrize("package", ["gpu_share.protocol", "gpu_share.netguard"])
+def test_shared_packages_know_nothing_of_their_users(package: str) -> None:
+    users = (*SERVER_PACKAGES, "gpu_share.sdk", "gpu_share.cli")
+    assert not _offenders(package, users, top_only=False)
+
+
+def test_the_collector_sees_an_upward_import() -> None:
+    """The checks above would pass vacuously if the collector missed imports."""
+    services = [i for i in IMPORTS if i.importer == "gpu_share.coordinator.services.leases"]
+    assert any(i.imported == "gpu_share.coordinator.core.orm" for i in services)
+    assert _coordinator_layer("gpu_share.coordinator.api.auth") == ("api", 4)
+
+
+# What importing actually loads (the static checks cannot see import side effects).
+
+HEAVY = ["fastapi", "sqlalchemy", "onnxruntime", "catboost", "starlette", "uvicorn"]
+
+
+def modules_loaded_by(statement: str) -> set[str]:
+    code = f"import sys, json; {statement}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return {name.split(".")[0] for name in json.loads(out.stdout)}
+
+
+@pytest.mark.parametrize("statement", ["import gpu_share", "import gpu_share.sdk"])
+def test_sdk_import_pulls_in_no_server_or_runtime(statement: str) -> None:
+    loaded = modules_loaded_by(statement)
+    assert not loaded & set(HEAVY), f"{statement} loaded {sorted(loaded & set(HEAVY))}"
+
+
+def test_cli_entry_point_imports_no_server() -> None:
+    loaded = modules_loaded_by("import gpu_share.cli.main")
+    assert not loaded & set(HEAVY)
