@@ -8,12 +8,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-import yaml
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.openapi.utils import get_openapi
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -26,6 +23,7 @@ from gpu_share.coordinator.api import (
     agent_sessions,
     applications,
     artifacts,
+    docs,
     health,
     invokes,
     nodes,
@@ -45,7 +43,7 @@ from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.accounts import ensure_admin_key
 from gpu_share.coordinator.storage import ArtifactStore, LocalArtifactStore
 from gpu_share.netguard import SafeFetcher, UrlPolicy
-from gpu_share.protocol.errors import ErrorCode, ErrorResponse
+from gpu_share.protocol.errors import ErrorCode
 
 log = logging.getLogger("gpu_share.coordinator")
 
@@ -131,62 +129,6 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error_response(500, ErrorCode.INTERNAL, "internal error; it has been logged")
 
 
-def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    """FastAPI documents its 422 as `HTTPValidationError`; ours is the §1.8 shape."""
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = get_openapi(
-                title=app.title,
-                version=app.version,
-                summary=app.summary,
-                description=app.description,
-                routes=app.routes,
-            )
-            error_ref = "#/components/schemas/ErrorResponse"
-            for operations in schema.get("paths", {}).values():
-                for operation in operations.values():
-                    for status, response in operation.get("responses", {}).items():
-                        content = response.get("content", {})
-                        refs = {media.get("schema", {}).get("$ref") for media in content.values()}
-                        if status == "422" or error_ref in refs:
-                            # errors are JSON whatever the route's success media type
-                            response["content"] = {
-                                "application/json": {"schema": {"$ref": error_ref}}
-                            }
-                        if status == "422":
-                            response["description"] = _VALIDATION_DESCRIPTION
-            components = schema.setdefault("components", {}).setdefault("schemas", {})
-            components.pop("HTTPValidationError", None)
-            components.pop("ValidationError", None)
-            components.setdefault(
-                "ErrorResponse",
-                ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}"),
-            )
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    return openapi
-
-
-_VALIDATION_DESCRIPTION = (
-    "Invalid input (VALIDATION_ERROR) or checksum mismatch (CHECKSUM_MISMATCH)"
-)
-
-
-def _install_docs(app: FastAPI) -> None:
-    app.openapi = _openapi_with_one_error_shape(app)  # type: ignore[method-assign]
-
-    @app.get("/openapi.yaml", include_in_schema=False)
-    async def openapi_yaml() -> Response:
-        text = yaml.safe_dump(app.openapi(), sort_keys=False, allow_unicode=True)
-        return Response(text, media_type="application/yaml")
-
-    @app.get("/docs", include_in_schema=False)
-    async def swagger_ui() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url="/openapi.json", title="GPU Share API")
-
-
 def default_jobs(settings: Settings) -> list[PeriodicJob]:
     return [
         PeriodicJob(
@@ -257,7 +199,7 @@ def create_app(
         lifespan=lifespan,
     )
     _install_error_handlers(app)
-    _install_docs(app)
+    docs.install(app)
     for module in (
         health,
         nodes,
