@@ -145,6 +145,12 @@ def test_services_never_import_a_web_framework() -> None:
         assert not _offenders(f"gpu_share.coordinator.{layer}", WEB_FRAMEWORKS, top_only=False)
 
 
+def test_services_take_what_they_use_not_the_whole_replica() -> None:
+    assert not _offenders(
+        "gpu_share.coordinator.services", ("gpu_share.coordinator.replica.state",), top_only=False
+    )
+
+
 def test_the_sdk_imports_no_server_code() -> None:
     assert not _offenders("gpu_share.sdk", SERVER_PACKAGES, top_only=False)
 

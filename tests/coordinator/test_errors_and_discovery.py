@@ -1,5 +1,6 @@
 """SPEC §1.8 error shape for framework errors; §1.2 health; OpenAPI and docs."""
 
+import re
 from typing import Any
 
 import httpx
@@ -87,11 +88,35 @@ async def test_every_keyed_operation_documents_its_errors(client: httpx.AsyncCli
                     assert schema["$ref"].endswith("/ErrorResponse"), f"{method} {path} {status}"
 
 
-async def test_swagger_ui_is_served(client: httpx.AsyncClient) -> None:
+async def test_swagger_ui_is_served_with_its_own_assets_and_no_cdn(
+    client: httpx.AsyncClient,
+) -> None:
     response = await client.get("/docs")
     assert response.status_code == 200
     assert "swagger-ui" in response.text
     assert "/openapi.json" in response.text
+    assets = re.findall(r'(?:src|href)="([^"]+)"', response.text)
+    assert assets and all(url.startswith("/static/") for url in assets), assets
+    assert "cdn" not in response.text and "https://" not in response.text
+    for url in assets:
+        asset = await client.get(url)
+        assert asset.status_code == 200 and len(asset.content) > 500, url
+
+
+async def test_openapi_declares_the_bearer_scheme_on_every_keyed_operation(
+    client: httpx.AsyncClient,
+) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    scheme = spec["components"]["securitySchemes"]["bearerAuth"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    keyed, open_ = [], []
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            (keyed if "401" in operation["responses"] else open_).append((method, path))
+            if "401" in operation["responses"] and path != "/v1/agent/register":
+                assert operation.get("security") == [{"bearerAuth": []}], (method, path)
+    assert ("post", "/v1/gpu/invoke") in keyed and ("get", "/health") in open_
+    assert "security" not in spec["paths"]["/health"]["get"]
 
 
 async def test_upload_operation_documents_a_binary_body(client: httpx.AsyncClient) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -42,6 +43,7 @@ from gpu_share.coordinator.replica.session_hub import SessionHub
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.accounts import ensure_admin_key
 from gpu_share.coordinator.storage import ArtifactStore, LocalArtifactStore
+from gpu_share.coordinator.web import STATIC_DIR
 from gpu_share.netguard import SafeFetcher, UrlPolicy
 from gpu_share.protocol.errors import ErrorCode
 
@@ -199,6 +201,7 @@ def create_app(
         lifespan=lifespan,
     )
     _install_error_handlers(app)
+    app.mount(docs.STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static")
     docs.install(app)
     for module in (
         health,

@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
-from fastapi import Depends, Query, WebSocketException
+from fastapi import Depends, Query, Security, WebSocketException
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.requests import HTTPConnection
 
 from gpu_share.coordinator.api.deps import ReplicaDep
@@ -65,41 +66,62 @@ def _role_check(principal: Principal, *kinds: type[Principal]) -> None:
         )
 
 
-def require(kind: type[P]) -> Callable[[HTTPConnection, Replica], Awaitable[P]]:
-    """A dependency yielding the caller as `kind`, or answering 401/403."""
+# Declares the Bearer scheme in the OpenAPI document, so Swagger UI's "Authorize"
+# sends the key; the checking itself is ours (`principal_of_connection`).
+_BEARER = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearerAuth",
+    description="An API key: gpu_sk_… (tenant), gpu_pk_… (provider), gpu_ak_… (agent node) "
+    "or gpu_admin_… (admin)",
+)
+Documented = Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]
 
-    async def dependency(connection: HTTPConnection, replica: ReplicaDep) -> P:
+
+def _check(*kinds: type[Principal]) -> Callable[[HTTPConnection, Replica], Awaitable[Principal]]:
+    async def check(connection: HTTPConnection, replica: Replica) -> Principal:
         principal = await principal_of_connection(connection, replica)
-        _role_check(principal, kind)
+        _role_check(principal, *kinds)
+        return principal
+
+    return check
+
+
+def require(kind: type[P]) -> Callable[..., Awaitable[P]]:
+    """A dependency yielding the caller as `kind`, or answering 401/403."""
+    check = _check(kind)
+
+    async def dependency(connection: HTTPConnection, replica: ReplicaDep, _scheme: Documented) -> P:
+        principal = await check(connection, replica)
         assert isinstance(principal, kind)
         return principal
 
     return dependency
 
 
-def require_any(
-    *kinds: type[Principal],
-) -> Callable[[HTTPConnection, Replica], Awaitable[Principal]]:
-    async def dependency(connection: HTTPConnection, replica: ReplicaDep) -> Principal:
-        principal = await principal_of_connection(connection, replica)
-        _role_check(principal, *kinds)
-        return principal
+def require_any(*kinds: type[Principal]) -> Callable[..., Awaitable[Principal]]:
+    check = _check(*kinds)
+
+    async def dependency(
+        connection: HTTPConnection, replica: ReplicaDep, _scheme: Documented
+    ) -> Principal:
+        return await check(connection, replica)
 
     return dependency
 
 
-def on_websocket(
-    dependency: Callable[[HTTPConnection, Replica], Awaitable[P]],
-) -> Callable[[HTTPConnection, Replica], Awaitable[P]]:
+def require_on_websocket(kind: type[P]) -> Callable[..., Awaitable[P]]:
     """The same check for a WebSocket: refusals close it (1008) with the same message."""
+    check = _check(kind)
 
-    async def checked(connection: HTTPConnection, replica: ReplicaDep) -> P:
+    async def dependency(connection: HTTPConnection, replica: ReplicaDep) -> P:
         try:
-            return await dependency(connection, replica)
+            principal = await check(connection, replica)
         except ApiError as exc:
             raise WebSocketException(POLICY_VIOLATION, reason=exc.message[:120]) from exc
+        assert isinstance(principal, kind)
+        return principal
 
-    return checked
+    return dependency
 
 
 TenantPrincipal = Annotated[TenantCaller, Depends(require(TenantCaller))]
@@ -107,7 +129,7 @@ ProviderPrincipal = Annotated[ProviderCaller, Depends(require(ProviderCaller))]
 NodePrincipal = Annotated[NodeCaller, Depends(require(NodeCaller))]
 AdminPrincipal = Annotated[AdminCaller, Depends(require(AdminCaller))]
 TenantOrAdmin = Annotated[Principal, Depends(require_any(TenantCaller, AdminCaller))]
-NodeChannel = Annotated[NodeCaller, Depends(on_websocket(require(NodeCaller)))]
+NodeChannel = Annotated[NodeCaller, Depends(require_on_websocket(NodeCaller))]
 
 
 @dataclass(frozen=True)
@@ -121,6 +143,7 @@ async def artifact_reader(
     artifact_id: str,
     connection: HTTPConnection,
     replica: ReplicaDep,
+    _scheme: Documented,
     token: Annotated[
         str | None,
         Query(
@@ -132,7 +155,9 @@ async def artifact_reader(
     if token is not None:
         replica.signer.verify(token, artifact_id, replica.clock.now())
         return SignedLink(artifact_id)
-    return await require(TenantCaller)(connection, replica)
+    tenant = await _check(TenantCaller)(connection, replica)
+    assert isinstance(tenant, TenantCaller)
+    return tenant
 
 
 ArtifactReader = Annotated[TenantCaller | SignedLink, Depends(artifact_reader)]

@@ -15,6 +15,8 @@ from fastapi.responses import HTMLResponse, Response
 
 from gpu_share.protocol.errors import ErrorResponse
 
+STATIC_PATH = "/static"  # where app.py mounts web/static
+
 
 def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
     """FastAPI documents its 422 as `HTTPValidationError`; ours is the §1.8 shape."""
@@ -69,4 +71,12 @@ def install(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url="/openapi.json", title="GPU Share API")
+        """Swagger UI from this server's own copy of its assets (works without internet)."""
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="GPU Share API",
+            swagger_js_url=f"{STATIC_PATH}/swagger-ui-bundle.js",
+            swagger_css_url=f"{STATIC_PATH}/swagger-ui.css",
+            swagger_favicon_url=f"{STATIC_PATH}/favicon-32x32.png",
+            swagger_ui_parameters={"persistAuthorization": True, "tryItOutEnabled": True},
+        )
