@@ -3,6 +3,7 @@
 import httpx
 import pytest
 
+from gpu_share.coordinator.core.ids import new_id
 from gpu_share.testing.factories import ADMIN, TenantHandle, bearer
 
 
@@ -80,7 +81,7 @@ async def test_admin_cannot_revoke_the_key_it_calls_with(client: httpx.AsyncClie
 
 
 async def test_revoking_an_unknown_key_is_404(client: httpx.AsyncClient) -> None:
-    response = await client.post("/v1/admin/keys/key_doesnotexist/revoke", headers=ADMIN)
+    response = await client.post(f"/v1/admin/keys/{new_id('key')}/revoke", headers=ADMIN)
     assert response.status_code == 404
 
 

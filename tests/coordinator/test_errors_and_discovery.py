@@ -109,7 +109,8 @@ async def test_openapi_declares_the_bearer_scheme_on_every_keyed_operation(
     spec = (await client.get("/openapi.json")).json()
     scheme = spec["components"]["securitySchemes"]["bearerAuth"]
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
-    keyed, open_ = [], []
+    keyed: list[tuple[str, str]] = []
+    open_: list[tuple[str, str]] = []
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
             (keyed if "401" in operation["responses"] else open_).append((method, path))

@@ -1,5 +1,6 @@
 import httpx
 
+from gpu_share.coordinator.core.ids import new_id
 from gpu_share.testing.factories import ADMIN, bearer
 
 APPLICATION = {
@@ -65,5 +66,7 @@ async def test_rejecting_without_reason_is_422_and_unknown_application_404(
         f"/v1/admin/tenant-applications/{app_id}/reject", json={}, headers=ADMIN
     )
     assert no_reason.status_code == 422
-    missing = await client.post("/v1/admin/tenant-applications/tapp_x/approve", headers=ADMIN)
+    missing = await client.post(
+        f"/v1/admin/tenant-applications/{new_id('tapp')}/approve", headers=ADMIN
+    )
     assert missing.status_code == 404

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -30,12 +30,18 @@ from gpu_share.coordinator.api import (
     nodes,
     sessions,
 )
+from gpu_share.coordinator.api.limits import RequestLimitMiddleware, limits_of
 from gpu_share.coordinator.core.clock import Clock, SystemClock
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.errors import ApiError
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import load_signer
-from gpu_share.coordinator.loops import artifact_sweep, lease_expiry, session_upkeep
+from gpu_share.coordinator.loops import (
+    artifact_sweep,
+    lease_expiry,
+    rate_limit_sweep,
+    session_upkeep,
+)
 from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
 from gpu_share.coordinator.replica.key_cache import KeyCache
 from gpu_share.coordinator.replica.notify import notifier_for
@@ -111,6 +117,16 @@ def _install_error_handlers(app: FastAPI) -> None:
         log.info("integrity error answered as 409: %s", exc.orig)
         return error_response(409, ErrorCode.CONFLICT, "conflicts with the current state; retry")
 
+    @app.exception_handler(DataError)
+    async def _data(_request: Request, exc: DataError) -> JSONResponse:
+        # Input validation should have refused it; the database is the last line.
+        log.warning("database refused a value: %s", exc.orig)
+        return error_response(
+            422,
+            ErrorCode.VALIDATION_ERROR,
+            "a value is out of range or not storable; fix the input",
+        )
+
     @app.exception_handler(OperationalError)
     async def _operational(_request: Request, exc: OperationalError) -> JSONResponse:
         log.warning("database unavailable: %s", exc.orig)
@@ -145,7 +161,11 @@ def default_jobs(settings: Settings) -> list[PeriodicJob]:
             start_after_sec=settings.lease_ttl_sec,
         ),
         PeriodicJob("session-upkeep", settings.session_sweep_interval_sec, session_upkeep.run_once),
+        PeriodicJob("rate-limit-sweep", RATE_LIMIT_SWEEP_SEC, rate_limit_sweep.run_once),
     ]
+
+
+RATE_LIMIT_SWEEP_SEC = 600.0
 
 
 def create_app(
@@ -201,6 +221,7 @@ def create_app(
         lifespan=lifespan,
     )
     _install_error_handlers(app)
+    app.add_middleware(RequestLimitMiddleware, limits=limits_of(settings))
     app.mount(docs.STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static")
     docs.install(app)
     for module in (
@@ -216,6 +237,19 @@ def create_app(
     ):
         app.include_router(module.router)
     return app
+
+
+async def answer_long_polls(app: FastAPI) -> None:
+    """Let the server's shutdown begin: long-polls (agents' leases, tenants' `?wait=N`)
+    answer now with what there is, and those that come later answer at once.
+
+    Call it once the server takes no new connections, before waiting for the requests in
+    flight: a long-poll left waiting would outlast the grace period and be cancelled,
+    which uvicorn answers with a 500.
+    """
+    replica: Replica | None = getattr(app.state, "replica", None)
+    if replica is not None:
+        await replica.notifier.close()
 
 
 def _log_admin_key(key: str) -> None:

@@ -20,7 +20,7 @@ from typing import Self
 from pydantic import BaseModel, Field, model_validator
 
 from gpu_share.protocol.invokes import InvokeError, InvokeResult, InvokeStatus, OutputsUpload
-from gpu_share.protocol.nodes import GpuInfo, Telemetry
+from gpu_share.protocol.nodes import MAX_GPUS, MAX_MB, GpuInfo, Telemetry
 from gpu_share.protocol.runtimes import RuntimeName
 
 LEASE_TOKEN_HEADER = "X-Lease-Token"  # noqa: S105 (a header name)
@@ -32,8 +32,8 @@ class NodeInventory(BaseModel):
     os: str | None = Field(default=None, max_length=200)
     cpu_model: str | None = Field(default=None, max_length=200)
     cpu_count: int = Field(ge=1, le=4096)
-    ram_mb: int = Field(ge=0)
-    gpus: list[GpuInfo] = Field(default_factory=list, max_length=64)
+    ram_mb: int = Field(ge=0, le=MAX_MB)
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS)
     runtimes: list[RuntimeName] = Field(default_factory=list)
     max_concurrent_jobs: int = Field(ge=1, le=256)
     sandbox: str = Field(max_length=20, description="docker, bwrap or process")
@@ -58,8 +58,8 @@ class InventoryAck(BaseModel):
 
 
 class RunningLease(BaseModel):
-    invoke_id: str
-    lease_token: str
+    invoke_id: str = Field(max_length=64)
+    lease_token: str = Field(max_length=64)
 
 
 class Heartbeat(BaseModel):
@@ -121,11 +121,11 @@ class LeaseResponse(BaseModel):
 
 
 class StartReport(BaseModel):
-    lease_token: str
+    lease_token: str = Field(max_length=64)
 
 
 class LogAppend(BaseModel):
-    lease_token: str
+    lease_token: str = Field(max_length=64)
     text: str = Field(max_length=256 * 1024)
 
 
@@ -136,7 +136,7 @@ class LogAck(BaseModel):
 class ResultReport(BaseModel):
     """The node's verdict on a leased invoke; the tenant reads `result` and `error` as sent."""
 
-    lease_token: str
+    lease_token: str = Field(max_length=64)
     status: InvokeStatus = Field(description="A final status: done, failed, timeout or canceled")
     result: InvokeResult | None = Field(
         default=None, description="Outputs and metrics; required when done"

@@ -3,7 +3,7 @@
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AnyHttpUrl, BaseModel, Field, field_validator
 
@@ -114,31 +114,36 @@ class InvokeCreate(BaseModel):
         return http_url(value) if value else None
 
 
+Amount = Annotated[int, Field(ge=0, le=2**62)]  # milliseconds, bytes: finite and stored whole
+
+
 class Metrics(BaseModel):
     device: Literal["cuda", "cpu"] = Field(description="What really ran the job")
-    execution_provider: str | None = None
-    gpu_model: str | None = None
-    duration_ms: int = Field(description="From start on the node to result")
-    compute_ms: int | None = Field(default=None, description="Inside the runtime, without loading")
-    queue_ms: int | None = Field(default=None, description="From submission to start on a node")
-    download_ms: int | None = None
-    peak_rss_bytes: int | None = None
-    peak_gpu_memory_bytes: int | None = None
+    execution_provider: str | None = Field(default=None, max_length=100)
+    gpu_model: str | None = Field(default=None, max_length=200)
+    duration_ms: Amount = Field(description="From start on the node to result")
+    compute_ms: Amount | None = Field(
+        default=None, description="Inside the runtime, without loading"
+    )
+    queue_ms: Amount | None = Field(default=None, description="From submission to start on a node")
+    download_ms: Amount | None = None
+    peak_rss_bytes: Amount | None = None
+    peak_gpu_memory_bytes: Amount | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
 class InvokeResult(BaseModel):
     outputs_inline_base64: str | None = None
-    outputs_url: str | None = None
-    outputs_format: str | None = Field(default=None, description="npz, json, …")
-    outputs_size: int | None = None
-    outputs_sha256: str | None = None
+    outputs_url: str | None = Field(default=None, max_length=MAX_URL_LENGTH)
+    outputs_format: str | None = Field(default=None, max_length=20, description="npz, json, …")
+    outputs_size: Amount | None = None
+    outputs_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     metrics: Metrics
 
 
 class InvokeError(BaseModel):
-    code: str
-    message: str
+    code: str = Field(max_length=40)
+    message: str = Field(max_length=16_000)
 
 
 class Invoke(BaseModel):

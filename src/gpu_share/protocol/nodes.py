@@ -7,6 +7,9 @@ from pydantic import BaseModel, Field
 
 from gpu_share.protocol.runtimes import RuntimeName
 
+MAX_GPUS = 64  # per node
+MAX_MB = 1 << 30  # a petabyte, in MB: more memory than any machine has
+
 
 class NodeStatus(StrEnum):
     ONLINE = "online"
@@ -23,10 +26,10 @@ class Tier(StrEnum):
 class GpuInfo(BaseModel):
     """One GPU as NVML describes it."""
 
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=MAX_GPUS)
     uuid: str = Field(max_length=100)
     model: str = Field(max_length=200)
-    vram_mb: int = Field(ge=0)
+    vram_mb: int = Field(ge=0, le=MAX_MB)
     driver_version: str | None = Field(default=None, max_length=50)
     cuda_version: str | None = Field(default=None, max_length=20)
     pci_bus_id: str | None = Field(default=None, max_length=50)
@@ -34,19 +37,19 @@ class GpuInfo(BaseModel):
 
 
 class GpuTelemetry(BaseModel):
-    index: int = Field(ge=0)
-    utilization_pct: float | None = None
-    memory_used_mb: int | None = None
-    temperature_c: float | None = None
-    power_w: float | None = None
-    sm_clock_mhz: int | None = None
-    mem_clock_mhz: int | None = None
+    index: int = Field(ge=0, le=MAX_GPUS)
+    utilization_pct: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)
+    memory_used_mb: int | None = Field(default=None, ge=0, le=MAX_MB)
+    temperature_c: float | None = Field(default=None, ge=-100, le=300, allow_inf_nan=False)
+    power_w: float | None = Field(default=None, ge=0, le=100_000, allow_inf_nan=False)
+    sm_clock_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    mem_clock_mhz: int | None = Field(default=None, ge=0, le=100_000)
 
 
 class Telemetry(BaseModel):
-    cpu_pct: float | None = None
-    ram_used_mb: int | None = None
-    gpus: list[GpuTelemetry] = Field(default_factory=list, max_length=64)
+    cpu_pct: float | None = Field(default=None, ge=0, le=100 * 4096, allow_inf_nan=False)
+    ram_used_mb: int | None = Field(default=None, ge=0, le=MAX_MB)
+    gpus: list[GpuTelemetry] = Field(default_factory=list, max_length=MAX_GPUS)
 
 
 class NodeGpu(BaseModel):

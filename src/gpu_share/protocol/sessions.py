@@ -12,6 +12,7 @@ by `pack`: a 4-byte big-endian header length, the JSON header, then the payload.
 import json
 import struct
 from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -53,7 +54,9 @@ class SessionCreate(BaseModel):
     gpu_model: str | None = Field(default=None, min_length=1, max_length=100)
     region: str | None = Field(default=None, min_length=1, max_length=64)
     tier: Tier | None = None
-    max_price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    max_price_per_gpu_hour: Decimal | None = Field(
+        default=None, ge=0, max_digits=12, decimal_places=6
+    )
 
     @field_validator("model_url")
     @classmethod

@@ -4,6 +4,7 @@ from fastapi import APIRouter
 
 from gpu_share.coordinator.api.auth import AdminPrincipal
 from gpu_share.coordinator.api.deps import ReplicaDep
+from gpu_share.coordinator.api.paths import KeyId, TenantApplicationId, TenantId
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.services import accounts, providers
 from gpu_share.protocol import accounts as wire
@@ -36,7 +37,7 @@ async def list_tenants(_admin: AdminPrincipal, replica: ReplicaDep) -> list[wire
     responses=errors(*AUTH, 404),
 )
 async def issue_tenant_key(
-    tenant_id: str, _admin: AdminPrincipal, replica: ReplicaDep
+    tenant_id: TenantId, _admin: AdminPrincipal, replica: ReplicaDep
 ) -> wire.IssuedKey:
     """Another key for the tenant, e.g. to rotate: issue, switch over, revoke the old one."""
     async with replica.db.write() as session:
@@ -55,7 +56,7 @@ async def list_keys(
 @router.post(
     "/keys/{key_id}/revoke", response_model=wire.KeyInfo, responses=errors(*AUTH, 404, 409)
 )
-async def revoke_key(key_id: str, admin: AdminPrincipal, replica: ReplicaDep) -> wire.KeyInfo:
+async def revoke_key(key_id: KeyId, admin: AdminPrincipal, replica: ReplicaDep) -> wire.KeyInfo:
     """Revoke any key; it answers 401 from the next request on. Revoking twice is harmless."""
     async with replica.db.write() as session:
         revoked = await accounts.revoke_key(
@@ -84,7 +85,7 @@ async def list_tenant_applications(
     responses=errors(*AUTH, 404, 409),
 )
 async def approve_tenant_application(
-    application_id: str, _admin: AdminPrincipal, replica: ReplicaDep
+    application_id: TenantApplicationId, _admin: AdminPrincipal, replica: ReplicaDep
 ) -> wire.TenantWithKey:
     """Create the tenant; its first key is in this answer only."""
     async with replica.db.write() as session:
@@ -99,7 +100,10 @@ async def approve_tenant_application(
     responses=errors(*AUTH, 404, 409, 422),
 )
 async def reject_tenant_application(
-    application_id: str, body: wire.Rejection, _admin: AdminPrincipal, replica: ReplicaDep
+    application_id: TenantApplicationId,
+    body: wire.Rejection,
+    _admin: AdminPrincipal,
+    replica: ReplicaDep,
 ) -> wire.TenantApplication:
     async with replica.db.write() as session:
         return await accounts.reject_tenant_application(

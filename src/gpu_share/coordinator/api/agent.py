@@ -7,6 +7,7 @@ from fastapi import APIRouter, Header, Request
 
 from gpu_share.coordinator.api.auth import NodePrincipal, bearer_key
 from gpu_share.coordinator.api.deps import ReplicaDep, base_url
+from gpu_share.coordinator.api.paths import InvokeId
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.replica.notify import Channel
 from gpu_share.coordinator.replica.state import Replica
@@ -91,7 +92,7 @@ async def lease(
 
 @router.post("/invokes/{invoke_id}/start", status_code=204, responses=errors(*AUTH, 409))
 async def start(
-    invoke_id: str, body: wire.StartReport, caller: NodePrincipal, replica: ReplicaDep
+    invoke_id: InvokeId, body: wire.StartReport, caller: NodePrincipal, replica: ReplicaDep
 ) -> None:
     async with replica.db.write() as session:
         await leases.mark_started(
@@ -103,7 +104,7 @@ async def start(
     "/invokes/{invoke_id}/logs", response_model=wire.LogAck, responses=errors(*AUTH, 409, 422)
 )
 async def append_logs(
-    invoke_id: str, body: wire.LogAppend, caller: NodePrincipal, replica: ReplicaDep
+    invoke_id: InvokeId, body: wire.LogAppend, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.LogAck:
     async with replica.db.write() as session:
         verdict = await leases.append_log(
@@ -139,7 +140,7 @@ LeaseToken = Annotated[str, Header(alias=wire.LEASE_TOKEN_HEADER, max_length=64)
     openapi_extra=_BINARY_BODY,
 )
 async def store_outputs(
-    invoke_id: str,
+    invoke_id: InvokeId,
     request: Request,
     caller: NodePrincipal,
     replica: ReplicaDep,
@@ -167,7 +168,7 @@ async def store_outputs(
     openapi_extra=_BINARY_BODY,
 )
 async def store_checkpoint(
-    invoke_id: str,
+    invoke_id: InvokeId,
     request: Request,
     caller: NodePrincipal,
     replica: ReplicaDep,
@@ -188,7 +189,7 @@ async def store_checkpoint(
 
 @router.post("/invokes/{invoke_id}/result", status_code=204, responses=errors(*AUTH, 404, 409, 422))
 async def report_result(
-    invoke_id: str, body: wire.ResultReport, caller: NodePrincipal, replica: ReplicaDep
+    invoke_id: InvokeId, body: wire.ResultReport, caller: NodePrincipal, replica: ReplicaDep
 ) -> None:
     """The outcome, exactly once; a stale lease gets 409 and the job counts elsewhere."""
     async with replica.db.write() as session:

@@ -33,7 +33,7 @@ async def agent_channel(
             if message["type"] == "websocket.disconnect":
                 break
             if message.get("bytes") is not None:
-                _on_frame(replica, message["bytes"])
+                _on_frame(replica, websocket, node_id, message["bytes"])
             elif message.get("text") is not None:
                 await _on_text(sessions, node_id, message["text"])
     except WebSocketDisconnect:
@@ -51,14 +51,19 @@ async def agent_channel(
                 await asyncio.shield(recording)
 
 
-def _on_frame(replica: Replica, frame: bytes) -> None:
+def _on_frame(replica: Replica, websocket: WebSocket, node_id: str, frame: bytes) -> None:
     try:
         header, payload = unpack(frame)
         result = ForwardHeader.model_validate(header)
     except (ValueError, ValidationError):
-        log.warning("dropped a malformed frame from an agent")
+        log.warning("dropped a malformed frame from node %s", node_id)
         return
-    replica.hub.answer(result, payload)
+    if not replica.hub.answer(websocket, result, payload):
+        log.warning(
+            "dropped an answer from node %s for session %s, which it does not hold",
+            node_id,
+            result.session_id,
+        )
 
 
 async def _on_text(sessions: Sessions, node_id: str, text: str) -> None:

@@ -1,10 +1,10 @@
 """Applications anyone may submit, without a key."""
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from gpu_share.coordinator.api.deps import ReplicaDep
+from gpu_share.coordinator.api.deps import ReplicaDep, client_address
 from gpu_share.coordinator.api.responses import errors
-from gpu_share.coordinator.services import accounts
+from gpu_share.coordinator.services import accounts, rate_limits
 from gpu_share.protocol import accounts as wire
 
 router = APIRouter(tags=["applications"])
@@ -14,11 +14,18 @@ router = APIRouter(tags=["applications"])
     "/v1/tenant/applications",
     status_code=201,
     response_model=wire.TenantApplication,
-    responses=errors(422),
+    responses=errors(422, 429),
 )
 async def submit_tenant_application(
-    body: wire.TenantApplicationCreate, replica: ReplicaDep
+    body: wire.TenantApplicationCreate, request: Request, replica: ReplicaDep
 ) -> wire.TenantApplication:
     """Apply for tenant access; an admin reviews it and, on approval, issues your key."""
+    now = replica.clock.now()
+    async with replica.db.write() as session:  # counted even when refused
+        hits = await rate_limits.hit(
+            session, rate_limits.applications(replica.settings), client_address(request), now
+        )
+    if hits > replica.settings.rate_limit_applications:
+        raise rate_limits.applications(replica.settings).refusal(now)
     async with replica.db.write() as session:
-        return await accounts.submit_tenant_application(session, body, replica.clock.now())
+        return await accounts.submit_tenant_application(session, body, now)

@@ -11,6 +11,7 @@ from starlette.concurrency import iterate_in_threadpool
 
 from gpu_share.coordinator.api.auth import ArtifactReader, SignedLink, TenantPrincipal
 from gpu_share.coordinator.api.deps import ReplicaDep, base_url
+from gpu_share.coordinator.api.paths import ArtifactId
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.core.errors import field_error
 from gpu_share.coordinator.replica.state import Replica
@@ -110,7 +111,7 @@ async def list_artifacts(
 
 @router.get("/{artifact_id}", response_model=Artifact, responses=errors(*AUTH, 404))
 async def get_artifact(
-    artifact_id: str, request: Request, tenant: TenantPrincipal, replica: ReplicaDep
+    artifact_id: ArtifactId, request: Request, tenant: TenantPrincipal, replica: ReplicaDep
 ) -> Artifact:
     async with replica.db.read() as session:
         return await artifacts.get(
@@ -131,7 +132,7 @@ async def get_artifact(
     },
 )
 async def download_artifact(
-    artifact_id: str, reader: ArtifactReader, replica: ReplicaDep
+    artifact_id: ArtifactId, reader: ArtifactReader, replica: ReplicaDep
 ) -> Response:
     """The exact bytes uploaded; `410 ARTIFACT_EXPIRED` after the artifact's TTL."""
     now = replica.clock.now()
@@ -161,7 +162,7 @@ async def stream_download(replica: Replica, download: artifacts.Download) -> Res
 
 @router.delete("/{artifact_id}", status_code=204, responses=errors(*AUTH, 404))
 async def delete_artifact(
-    artifact_id: str, tenant: TenantPrincipal, replica: ReplicaDep
+    artifact_id: ArtifactId, tenant: TenantPrincipal, replica: ReplicaDep
 ) -> Response:
     """Delete the artifact; its bytes go once no other artifact shares them."""
     await artifacts.delete_artifact(replica.db, replica.store, tenant.tenant_id, artifact_id)

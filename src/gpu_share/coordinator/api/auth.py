@@ -14,7 +14,8 @@ from fastapi import Depends, Query, Security, WebSocketException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.requests import HTTPConnection
 
-from gpu_share.coordinator.api.deps import ReplicaDep
+from gpu_share.coordinator.api.deps import ReplicaDep, client_address
+from gpu_share.coordinator.api.paths import ArtifactId
 from gpu_share.coordinator.core.errors import ApiError, Forbidden, Unauthorized
 from gpu_share.coordinator.core.keys import hash_key
 from gpu_share.coordinator.core.principals import (
@@ -26,6 +27,7 @@ from gpu_share.coordinator.core.principals import (
     TenantCaller,
 )
 from gpu_share.coordinator.replica.state import Replica
+from gpu_share.coordinator.services import rate_limits
 from gpu_share.coordinator.services.accounts import authenticate
 
 P = TypeVar("P", bound=Principal)
@@ -48,12 +50,21 @@ def bearer_key(connection: HTTPConnection) -> str:
 
 
 async def principal_of_connection(connection: HTTPConnection, replica: Replica) -> Principal:
+    """The caller; a client that failed too many lookups lately is refused (429) unheard."""
     key = bearer_key(connection)
     key_hash = hash_key(key)
     if (cached := replica.key_cache.get(key_hash)) is not None:
         return cached
-    async with replica.db.read() as session:
-        principal = await authenticate(session, key)
+    client, now = client_address(connection), replica.clock.now()
+    limit = rate_limits.failed_keys(replica.settings)
+    try:
+        async with replica.db.read() as session:
+            await rate_limits.check(session, limit, client, now)
+            principal = await authenticate(session, key)
+    except Unauthorized:
+        async with replica.db.write() as session:
+            await rate_limits.hit(session, limit, client, now)
+        raise
     replica.key_cache.put(key_hash, principal)
     return principal
 
@@ -140,7 +151,7 @@ class SignedLink:
 
 
 async def artifact_reader(
-    artifact_id: str,
+    artifact_id: ArtifactId,
     connection: HTTPConnection,
     replica: ReplicaDep,
     _scheme: Documented,

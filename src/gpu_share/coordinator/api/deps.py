@@ -26,6 +26,11 @@ def get_sessions(replica: ReplicaDep) -> Sessions:
 SessionsDep = Annotated[Sessions, Depends(get_sessions)]
 
 
+def client_address(connection: HTTPConnection) -> str:
+    """The caller's address, as the server saw it (behind a trusted proxy: the forwarded one)."""
+    return connection.client.host if connection.client else "unknown"
+
+
 def base_url(replica: Replica, request: Request) -> str:
     """The public URL to put into links: configured, else what this request came in on."""
     return replica.settings.public_base_url or str(request.base_url).rstrip("/")

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from gpu_share.coordinator.api.auth import TenantPrincipal
 from gpu_share.coordinator.api.deps import ReplicaDep, origins
+from gpu_share.coordinator.api.paths import InvokeId
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.replica.notify import Channel
 from gpu_share.coordinator.services import invokes, probing
@@ -87,7 +88,7 @@ async def list_invokes(
 
 @router.get("/invokes/{invoke_id}", response_model=Invoke, responses=errors(*AUTH, 404, 422))
 async def get_invoke(
-    invoke_id: str,
+    invoke_id: InvokeId,
     tenant: TenantPrincipal,
     replica: ReplicaDep,
     wait: Annotated[
@@ -119,10 +120,10 @@ async def get_invoke(
     },
 )
 async def get_logs(
-    invoke_id: str,
+    invoke_id: InvokeId,
     tenant: TenantPrincipal,
     replica: ReplicaDep,
-    after: Annotated[int, Query(ge=0, description="Cursor from X-Log-Cursor")] = 0,
+    after: Annotated[int, Query(ge=0, le=2**53, description="Cursor from X-Log-Cursor")] = 0,
 ) -> Response:
     """The job's log (replica and agent lines), also while it runs."""
     async with replica.db.read() as session:
@@ -135,7 +136,9 @@ async def get_logs(
 @router.post(
     "/invokes/{invoke_id}/cancel", response_model=Invoke, responses=errors(*AUTH, 404, 409)
 )
-async def cancel_invoke(invoke_id: str, tenant: TenantPrincipal, replica: ReplicaDep) -> Invoke:
+async def cancel_invoke(
+    invoke_id: InvokeId, tenant: TenantPrincipal, replica: ReplicaDep
+) -> Invoke:
     """A queued invoke is canceled at once; a running one is stopped by its node shortly."""
     async with replica.db.write() as session:
         canceled = await invokes.cancel(session, tenant.tenant_id, invoke_id, replica.clock.now())

@@ -14,7 +14,7 @@ _DESCRIPTIONS = {
     410: "The artifact expired (ARTIFACT_EXPIRED)",
     413: "Body over the size limit (PAYLOAD_TOO_LARGE) or over quota (QUOTA_EXCEEDED)",
     422: "Invalid input (VALIDATION_ERROR) or checksum mismatch (CHECKSUM_MISMATCH)",
-    429: "Too many requests (RATE_LIMITED)",
+    429: "Too many requests, e.g. failed key lookups, from this address (RATE_LIMITED)",
     503: "No capacity (NO_CAPACITY) or temporarily unavailable (UNAVAILABLE)",
 }
 
@@ -27,4 +27,4 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-AUTH = (401, 403)
+AUTH = (401, 403, 429)  # 429: too many failed key lookups from this address

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from gpu_share.coordinator.api.auth import TenantPrincipal
 from gpu_share.coordinator.api.deps import ReplicaDep, SessionsDep, lease_context, origins
+from gpu_share.coordinator.api.paths import SessionId
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.core.errors import PayloadTooLarge
 from gpu_share.protocol.sessions import Session, SessionCreate
@@ -45,13 +46,15 @@ async def list_sessions(
 
 
 @router.get("/{session_id}", response_model=Session, responses=errors(*AUTH, 404))
-async def get_session(session_id: str, tenant: TenantPrincipal, sessions: SessionsDep) -> Session:
+async def get_session(
+    session_id: SessionId, tenant: TenantPrincipal, sessions: SessionsDep
+) -> Session:
     return await sessions.get(tenant.tenant_id, session_id)
 
 
 @router.delete("/{session_id}", response_model=Session, responses=errors(*AUTH, 404))
 async def delete_session(
-    session_id: str, tenant: TenantPrincipal, sessions: SessionsDep
+    session_id: SessionId, tenant: TenantPrincipal, sessions: SessionsDep
 ) -> Session:
     """Close the session and free the GPU; forwards in flight are answered 409."""
     return await sessions.delete(tenant.tenant_id, session_id)
@@ -95,7 +98,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     },
 )
 async def forward(
-    session_id: str,
+    session_id: SessionId,
     request: Request,
     tenant: TenantPrincipal,
     replica: ReplicaDep,

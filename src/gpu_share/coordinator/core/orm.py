@@ -273,3 +273,13 @@ class SessionRow(Base):
     forward_count: Mapped[int] = mapped_column(BigInteger, default=0)
     error_code: Mapped[str | None] = mapped_column(String(40))
     error_message: Mapped[str | None] = mapped_column(Text)
+
+
+class RateLimitRow(Base):
+    """Hits per client and limit in one fixed window; shared by every replica."""
+
+    __tablename__ = "rate_limits"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)  # limit name and client
+    window_start: Mapped[datetime] = mapped_column(primary_key=True, index=True)
+    hits: Mapped[int] = mapped_column(Integer)

@@ -59,10 +59,21 @@ class Settings(BaseSettings):
     max_log_bytes_per_invoke: int = Field(default=2 * MiB, gt=0)
     artifact_token_ttl_sec: int = Field(default=3600, gt=0, description="Signed agent downloads")
     max_forward_bytes: int = Field(default=64 * MiB, gt=0, description="Session forward bodies")
+    max_json_body_bytes: int = Field(
+        default=1 * MiB, ge=1024, description="Any JSON request body, checked before anything else"
+    )
+    max_header_bytes: int = Field(default=32 * 1024, ge=4096, description="All request headers")
     session_sweep_interval_sec: float = Field(default=2.0, gt=0)
     url_allow_networks: list[str] = Field(
         default_factory=list,
         description="Private CIDRs probe-url may reach (tests on loopback); none by default",
+    )
+
+    rate_limit_applications: int = Field(
+        default=10, ge=1, description="Applications per client address per hour"
+    )
+    rate_limit_failed_keys: int = Field(
+        default=30, ge=1, description="Failed key lookups per client address per minute"
     )
 
     sqlite_busy_timeout_ms: int = Field(default=10_000, ge=0)

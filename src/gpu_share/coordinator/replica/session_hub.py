@@ -206,11 +206,22 @@ class SessionHub:
             live.inflight.pop(request_id, None)
             live.last_used = self._clock.now()
 
-    def answer(self, header: ForwardHeader, payload: bytes) -> None:
+    def answer(self, channel: AgentChannel, header: ForwardHeader, payload: bytes) -> bool:
+        """Deliver a forward's answer; only the channel the session was placed on may.
+
+        Returns False (and delivers nothing) for an answer from any other channel: another
+        node, or an older connection of the same node.
+        """
         live = self._sessions.get(header.session_id)
-        future = live.inflight.get(header.request_id) if live else None
+        if live is None:
+            return False
+        link = self._links.get(live.node_id)
+        if link is None or link.channel is not channel:
+            return False
+        future = live.inflight.get(header.request_id)
         if future is not None and not future.done():
             future.set_result((header, payload))
+        return True
 
     def idle(self) -> Iterator[LiveSession]:
         now = self._clock.now()
