@@ -8,6 +8,7 @@ the coordinator in-process on a real port.
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -246,6 +247,48 @@ def test_a_wait_timeout_exits_1_naming_the_invoke_which_can_then_be_canceled(
     assert code == 0 and json.loads(out)["cancel_requested_at"] is not None
 
 
+def test_ctrl_c_while_waiting_leaves_the_invoke_running_and_says_how_to_follow_or_cancel_it(
+    stack: LiveStack, key: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    slow = tmp_path / "slow.onnx"
+    slow.write_bytes(slow_model(100_000_000))
+    env = {**os.environ, "GPU_SHARE_BASE_URL": stack.base_url, "GPU_SHARE_API_KEY": key}
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "gpu_share.cli.main", "invoke", "--runtime", "onnx_cpu",
+         "--model", str(slow), "--wait", *POLL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # a shell without job control starts background children with SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        assert cli.stderr is not None
+        first = cli.stderr.readline()  # "<id> queued": the invoke exists, the CLI waits
+        assert first.startswith("inv_"), first + cli.stderr.read()
+        invoke_id = first.split()[0]
+        cli.send_signal(signal.SIGINT)
+        _, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 130, err
+    assert "Traceback" not in err
+    said = [line for line in err.splitlines() if not line.startswith(invoke_id)]  # not "running"
+    assert len(said) == 2, err
+    assert f"invoke {invoke_id} goes on" in said[0] and f"gpu-share cancel {invoke_id}" in err
+    assert f"gpu-share status {invoke_id} --wait" in err
+    assert f"gpu-share logs {invoke_id} --follow" in err
+    code, out, _ = gpu_share(capsys, "status", *connected(stack, key), invoke_id, "--json")
+    assert code == 0 and json.loads(out)["status"] in ("queued", "running")
+    code, _, _ = gpu_share(capsys, "cancel", *connected(stack, key), invoke_id)
+    assert code == 0
+    code, _, err = gpu_share(capsys, "status", *connected(stack, key), invoke_id, "--wait", *POLL)
+    assert code == 1 and f"invoke {invoke_id} canceled" in err
+
+
 def test_no_capacity_unknown_ids_bad_requests_and_keys_have_their_exit_codes(
     stack: LiveStack, key: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -254,7 +297,7 @@ def test_no_capacity_unknown_ids_bad_requests_and_keys_have_their_exit_codes(
         capsys, "invoke", *connected(stack, key), "--runtime", "onnx_cuda", "--model", url
     )
     assert code == 1 and "NO_CAPACITY" in err and "wait for a provider" in err
-    code, _, err = gpu_share(capsys, "status", *connected(stack, key), "inv_missing")
+    code, _, err = gpu_share(capsys, "status", *connected(stack, key), "inv_" + "0" * 26)
     assert code == 1 and "NOT_FOUND" in err
     code, _, err = gpu_share(
         capsys, "invoke", *connected(stack, key), "--runtime", "onnx_cpu", "--model", url,

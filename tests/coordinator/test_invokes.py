@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
+from gpu_share.protocol.nodes import SandboxKind
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import HELLO_WORLD, TenantHandle
@@ -415,3 +416,20 @@ async def test_webhook_url_is_refused_until_supported(
     )
     assert response.status_code == 422
     assert "webhook_url" in response.json()["error"]["message"]
+
+
+async def test_isolated_only_keeps_work_off_nodes_that_run_plain_processes(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    plain = await sim_agent(inventory(sandbox=SandboxKind.PROCESS))
+    nodes = (await client.get("/v1/nodes", headers=tenant.headers)).json()
+    assert [(n["sandbox"], n["isolated"]) for n in nodes] == [("process", False)]
+    refused = await invoke(client, tenant, {**CPU_HELLO, "isolated_only": True})
+    assert refused.status_code == 503
+    assert "isolated_only" in refused.json()["error"]["message"]
+
+    sandboxed = await sim_agent(inventory(sandbox=SandboxKind.BWRAP))
+    queued = await invoke(client, tenant, {**CPU_HELLO, "isolated_only": True})
+    assert queued.status_code == 202
+    assert await plain.lease() == []
+    assert [job.invoke_id for job in await sandboxed.lease()] == [queued.json()["id"]]

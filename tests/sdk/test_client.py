@@ -1,14 +1,15 @@
 """The SDK against the real coordinator in-process (`transport=`), on both databases.
 
 Agents here are simulated (the real agent protocol, no GPU): they let a test decide
-what a job reports. The real agent process is in tests/sdk/test_live.py.
+what a job reports (`sdk` and `serving` are in conftest.py). The real agent process is
+in tests/sdk/test_live.py.
 """
 
 import asyncio
 import base64
 import hashlib
 import io
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -49,38 +50,7 @@ from gpu_share.testing.simulated_agent import AgentFactory, SimulatedAgent, done
 POLL = 0.02
 RETRY = RetryPolicy(backoff_base=0.01)
 MODEL = b"an onnx model, as far as the coordinator can tell"
-
-
-@pytest.fixture
-async def sdk(app: FastAPI, tenant: TenantHandle) -> AsyncIterator[AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with AsyncClient(
-        "http://testserver", tenant.key, transport=transport, poll_interval=POLL, retry=RETRY
-    ) as client:
-        yield client
-
-
-Behaviour = Callable[[wire.LeasedJob], Awaitable[wire.ResultReport]]
-
-
-@pytest.fixture
-async def serving(
-    sim_agent: AgentFactory,
-) -> AsyncIterator[Callable[..., Awaitable[SimulatedAgent]]]:
-    """Start a simulated agent that completes every job with `behaviour`."""
-    stop = asyncio.Event()
-    tasks: list[asyncio.Task[None]] = []
-
-    async def start(behaviour: Behaviour | None = None) -> SimulatedAgent:
-        agent = await sim_agent()
-        tasks.append(asyncio.create_task(agent.serve(stop, behaviour)))
-        return agent
-
-    yield start
-    stop.set()
-    for task in tasks:  # rather than wait out a long-poll
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+UNKNOWN_INVOKE = "inv_" + "0" * 26  # well formed (anything else is a 422), naming nothing
 
 
 def outputs_npz(**arrays: object) -> bytes:
@@ -341,8 +311,8 @@ async def test_a_provider_key_is_forbidden(app: FastAPI, provider: ProviderHandl
 
 
 async def test_an_unknown_invoke_is_not_found(sdk: AsyncClient) -> None:
-    with pytest.raises(NotFound, match="inv_nope"):
-        await sdk.get_invoke("inv_nope")
+    with pytest.raises(NotFound, match=UNKNOWN_INVOKE):
+        await sdk.get_invoke(UNKNOWN_INVOKE)
 
 
 async def test_a_reused_idempotency_key_with_another_body_conflicts(
@@ -448,7 +418,7 @@ async def test_blocking_client_over_a_real_socket(
                 health = client.health()
                 out = client.invoke_and_wait("onnx_cpu", MODEL, base64.b64encode(b"in"))
                 try:
-                    client.get_invoke("inv_missing")
+                    client.get_invoke(UNKNOWN_INVOKE)
                 except NotFound as exc:
                     return health.status, out.raw, exc.code
                 raise AssertionError("no NotFound")

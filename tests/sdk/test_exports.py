@@ -33,6 +33,7 @@ ROOT_EXPORTS = {
     "ValidationError",
     "ChecksumMismatch",
     "RateLimited",
+    "HeadersTooLarge",
     "InternalServerError",
     "ServiceUnavailable",
     "SessionFailed",

@@ -7,6 +7,7 @@ Exit codes (also in `gpu-share --help`):
     2  usage or configuration: bad arguments, no base URL, a key the server refuses,
        a request the server found invalid (422), a missing local file
     3  the server could not be reached, or what answered is not a GPU Share server
+  130  interrupted (Ctrl+C); an invoke being waited for goes on
 
 The SDK is imported inside the commands, never at import time, so `gpu-share --help`
 and the server and agent commands pay nothing for it.
@@ -25,12 +26,14 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl+C
 
 EXIT_CODES_HELP = """exit codes:
-  0  done
-  1  the operation failed (an invoke failed, a doctor check failed, the server refused)
-  2  usage or configuration error (arguments, base URL, API key, invalid request)
-  3  the server could not be reached (or is not a GPU Share server)
+    0  done
+    1  the operation failed (an invoke failed, a doctor check failed, the server refused)
+    2  usage or configuration error (arguments, base URL, API key, invalid request)
+    3  the server could not be reached (or is not a GPU Share server)
+  130  interrupted (Ctrl+C); an invoke being waited for goes on
 
 configuration: --base-url / GPU_SHARE_BASE_URL, --api-key / GPU_SHARE_API_KEY"""
 

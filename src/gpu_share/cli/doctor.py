@@ -51,7 +51,10 @@ def register(sub: Any) -> None:
         help="seconds to wait for the smoke invoke (default 120)",
     )
     parser.add_argument(
-        "--poll-interval", type=float, default=1.0, help="seconds between status checks"
+        "--poll-interval",
+        type=float,
+        default=1.0,
+        help="seconds between status updates of the smoke invoke; its end shows at once",
     )
     parser.set_defaults(run=run)
 
@@ -257,7 +260,7 @@ def _smoke(args: argparse.Namespace, client: "Client", doctor: Doctor, served: l
             runtime, model.url, "", model_checksum_sha256=model.sha256, timeout_sec=120
         )
         invoke_id = queued.id
-        done = client.wait(queued.id, args.invoke_timeout)
+        done = client.wait(queued, args.invoke_timeout)
     except errors.InvokeFailed as exc:
         doctor.report(
             "smoke invoke",

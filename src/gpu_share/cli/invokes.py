@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpu_share.cli._tenant import EXIT_OK, Output, add_command
+from gpu_share.cli._tenant import EXIT_INTERRUPTED, EXIT_OK, Output, add_command
 
 if TYPE_CHECKING:
     from gpu_share.protocol.invokes import Invoke
@@ -40,21 +40,16 @@ def register(sub: Any) -> None:
     invoke_parser.add_argument("--tier", choices=["enterprise", "community"])
     invoke_parser.add_argument("--max-price-per-gpu-hour", help="USDC")
     invoke_parser.add_argument("--idempotency-key", help="send the same key to never run twice")
-    invoke_parser.add_argument(
-        "--wait", action="store_true", help="wait for the end, showing the status as it changes"
-    )
-    invoke_parser.add_argument(
-        "--wait-timeout", type=float, help="stop waiting after this many seconds (job goes on)"
-    )
-    invoke_parser.add_argument(
-        "--poll-interval", type=float, help="seconds between status checks (default 5, up to 10)"
-    )
-    invoke_parser.add_argument(
-        "--output", type=Path, help="with --wait: write the outputs file (NPZ) here"
-    )
+    _add_wait_options(invoke_parser)
 
-    status_parser = add_command(sub, "status", status, help="show an invoke's status and result")
+    status_parser = add_command(
+        sub,
+        "status",
+        status,
+        help="show an invoke's status and result; --wait follows it to the end",
+    )
     status_parser.add_argument("invoke_id")
+    _add_wait_options(status_parser)
 
     logs_parser = add_command(sub, "logs", logs, help="print an invoke's log")
     logs_parser.add_argument("invoke_id")
@@ -67,6 +62,24 @@ def register(sub: Any) -> None:
 
     cancel_parser = add_command(sub, "cancel", cancel, help="cancel a queued or running invoke")
     cancel_parser.add_argument("invoke_id")
+
+
+def _add_wait_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wait", action="store_true", help="wait for the end, showing the status as it changes"
+    )
+    parser.add_argument(
+        "--wait-timeout", type=float, help="stop waiting after this many seconds (job goes on)"
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        help="with --wait: seconds between status updates (default 5, up to 10); the end "
+        "shows at once",
+    )
+    parser.add_argument(
+        "--output", type=Path, help="with --wait: write the outputs file (NPZ) here"
+    )
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -142,16 +155,43 @@ def invoke(args: argparse.Namespace, client: "Client", out: Output) -> int:
     queued = client.invoke(args.runtime, model_url, inputs_url, **options)
     if not args.wait:
         out.result(
-            f"{queued.id}  {queued.status.value}\nfollow it: gpu-share status {queued.id}", queued
+            f"{queued.id}  {queued.status.value}\nfollow it: gpu-share status {queued.id} --wait",
+            queued,
         )
         return EXIT_OK
+    return _follow(args, client, out, queued)
+
+
+def status(args: argparse.Namespace, client: "Client", out: Output) -> int:
+    if args.wait:
+        return _follow(args, client, out, args.invoke_id)
+    current = client.get_invoke(args.invoke_id)
+    out.result(summary(current), current)
+    return EXIT_OK
+
+
+def _follow(args: argparse.Namespace, client: "Client", out: Output, invoke: "Invoke | str") -> int:
+    """Wait for the end and print the outputs; Ctrl+C stops the waiting, not the invoke."""
+    invoke_id = invoke if isinstance(invoke, str) else invoke.id
     live_line = not args.json and client.config.progress is not False and sys.stderr.isatty()
 
     def changed(current: "Invoke") -> None:
         if not live_line:  # the SDK rewrites one status line on a terminal
             out.note(f"{current.id} {current.status.value}")
 
-    final = client.wait(queued.id, args.wait_timeout, on_status=changed)
+    try:
+        final = client.wait(invoke, args.wait_timeout, on_status=changed)
+    except KeyboardInterrupt:
+        cancel = f"gpu-share cancel {invoke_id}"
+        follow = f"gpu-share status {invoke_id} --wait"
+        log = f"gpu-share logs {invoke_id} --follow"
+        out.error(
+            f"stopped waiting; invoke {invoke_id} goes on ({cancel} stops it)\n"
+            f"  follow it: {follow}, or its log: {log}",
+            kind="Interrupted",
+            invoke_id=invoke_id,
+        )
+        return EXIT_INTERRUPTED
     outputs = client.outputs(final)
     if args.output is not None and outputs.raw is not None:
         args.output.write_bytes(outputs.raw)
@@ -159,12 +199,6 @@ def invoke(args: argparse.Namespace, client: "Client", out: Output) -> int:
     if args.output is not None and outputs.raw is not None:
         lines.append(f"outputs written to {args.output}")
     out.result("\n".join([summary(final), *lines]), {"invoke": final, "outputs": described})
-    return EXIT_OK
-
-
-def status(args: argparse.Namespace, client: "Client", out: Output) -> int:
-    current = client.get_invoke(args.invoke_id)
-    out.result(summary(current), current)
     return EXIT_OK
 
 

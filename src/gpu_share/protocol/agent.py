@@ -20,7 +20,7 @@ from typing import Self
 from pydantic import BaseModel, Field, model_validator
 
 from gpu_share.protocol.invokes import InvokeError, InvokeResult, InvokeStatus, OutputsUpload
-from gpu_share.protocol.nodes import MAX_GPUS, MAX_MB, GpuInfo, Telemetry
+from gpu_share.protocol.nodes import MAX_GPUS, MAX_MB, GpuInfo, SandboxKind, Telemetry
 from gpu_share.protocol.runtimes import RuntimeName
 
 LEASE_TOKEN_HEADER = "X-Lease-Token"  # noqa: S105 (a header name)
@@ -36,7 +36,7 @@ class NodeInventory(BaseModel):
     gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS)
     runtimes: list[RuntimeName] = Field(default_factory=list)
     max_concurrent_jobs: int = Field(ge=1, le=256)
-    sandbox: str = Field(max_length=20, description="docker, bwrap or process")
+    sandbox: SandboxKind
     region: str | None = Field(default=None, max_length=64)
 
 

@@ -96,6 +96,11 @@ class InvokeCreate(BaseModel):
     gpus: int = Field(default=1, ge=1, le=16)
     region: str | None = Field(default=None, min_length=1, max_length=64)
     tier: Tier | None = None
+    isolated_only: bool = Field(
+        default=False,
+        description="Run only on nodes that isolate jobs (docker or bwrap), never on a node "
+        "whose provider runs jobs as plain processes",
+    )
     webhook_url: str | None = None
 
     @field_validator("model_url")

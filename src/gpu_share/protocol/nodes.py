@@ -18,6 +18,18 @@ class NodeStatus(StrEnum):
     DELISTED = "delisted"
 
 
+class SandboxKind(StrEnum):
+    """How a node isolates jobs: a container, a bubblewrap sandbox, or not at all."""
+
+    DOCKER = "docker"
+    BWRAP = "bwrap"
+    PROCESS = "process"  # plain processes: only for a provider's own trusted work
+
+    @property
+    def isolates(self) -> bool:
+        return self is not SandboxKind.PROCESS
+
+
 class Tier(StrEnum):
     ENTERPRISE = "enterprise"
     COMMUNITY = "community"
@@ -81,6 +93,11 @@ class Node(BaseModel):
     )
     running_jobs: int
     max_concurrent_jobs: int
+    sandbox: SandboxKind = Field(description="How the node isolates jobs")
+    isolated: bool = Field(
+        description="False for a node that runs jobs as plain processes (its provider opted "
+        "in); `isolated_only` keeps work off such nodes"
+    )
     last_seen_at: datetime | None
 
 

@@ -54,6 +54,11 @@ class SessionCreate(BaseModel):
     gpu_model: str | None = Field(default=None, min_length=1, max_length=100)
     region: str | None = Field(default=None, min_length=1, max_length=64)
     tier: Tier | None = None
+    isolated_only: bool = Field(
+        default=False,
+        description="Run only on nodes that isolate jobs (docker or bwrap), never on a node "
+        "whose provider runs jobs as plain processes",
+    )
     max_price_per_gpu_hour: Decimal | None = Field(
         default=None, ge=0, max_digits=12, decimal_places=6
     )
@@ -105,6 +110,11 @@ class OpenSession(BaseModel):
     model: ArtifactRef
     max_batch: int | None
     max_concurrency: int
+    max_answer_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        description="A forward's outputs over this fail that forward alone (PAYLOAD_TOO_LARGE); "
+        "the channel carries frames up to this plus a small header",
+    )
 
 
 class CloseSession(BaseModel):

@@ -54,6 +54,9 @@ B = TypeVar("B", bound=pydantic.BaseModel)
 # names it may sit in a queue for a while before its node downloads it.
 REUSE_MIN_REMAINING = timedelta(hours=1)
 LOG_TAIL_LINES = 20
+MAX_LONG_POLL_SEC = 60.0  # the most `GET /v1/gpu/invokes/{id}?wait=` may hold
+RETURNS_ARRAYS = "invoke_and_wait (it returns the outputs as arrays)"
+WITHOUT_NUMPY = "or, without numpy: invoke(), wait() and outputs(…).raw (the NPZ's bytes)"
 
 
 class InvokeOptions(TypedDict, total=False):
@@ -243,8 +246,15 @@ def invoke(
     return parse(response, Invoke)
 
 
-def get_invoke(c: ClientConfig, invoke_id: str) -> Flow[Invoke]:
-    response = yield from send(ApiRequest("GET", f"/v1/gpu/invokes/{_id(invoke_id)}"), c)
+def get_invoke(c: ClientConfig, invoke_id: str, wait: float = 0.0) -> Flow[Invoke]:
+    """With `wait` > 0 a long-poll: the server answers as soon as the invoke is final, or
+    after `wait` seconds as it is then; the read timeout is stretched to outlast it."""
+    path = f"/v1/gpu/invokes/{_id(invoke_id)}"
+    request = ApiRequest("GET", path)
+    if wait > 0:
+        held = round(min(max(wait, 0.001), MAX_LONG_POLL_SEC), 3)
+        request = ApiRequest("GET", path, params={"wait": held}, read_timeout=held + c.timeout)
+    response = yield from send(request, c)
     return parse(response, Invoke)
 
 
@@ -306,28 +316,31 @@ def logs_tail(c: ClientConfig, invoke_id: str, lines: int = LOG_TAIL_LINES) -> F
 
 def wait(
     c: ClientConfig,
-    invoke_id: str,
+    invoke: Invoke | str,
     timeout: float | None = None,
     *,
     poll_interval: float | None = None,
     max_poll_interval: float | None = None,
     on_status: StatusCallback | None = None,
 ) -> Flow[Invoke]:
-    """Poll until the invoke ends: at once, then after `poll_interval`, ×1.5 each time up
-    to the cap (5 s growing to 10 s by default, the seed's "every 5–10 s").
+    """Follow the invoke to its end with the server's long-poll (`?wait=`): each request
+    comes back the moment the invoke is final, else after its window with the status
+    then (for `on_status` and the progress line). The window starts at `poll_interval`
+    and grows ×1.5 up to the cap (5 s to 10 s by default), never past `timeout`.
 
-    The server has no push channel for invoke status yet; when it gets one, this is
-    the one place that follows it instead of polling.
+    Given an `Invoke` rather than an id (what `invoke` just answered), the wait starts
+    from it rather than asking for it again.
     """
-    interval = poll_interval if poll_interval is not None else c.poll_interval
-    cap = max(interval, max_poll_interval if max_poll_interval is not None else c.max_poll_interval)
+    invoke_id = invoke if isinstance(invoke, str) else invoke.id
+    window = poll_interval if poll_interval is not None else c.poll_interval
+    cap = max(window, max_poll_interval if max_poll_interval is not None else c.max_poll_interval)
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     line = _progress.ProgressLine() if _progress.enabled(c.progress) else None
     last: InvokeStatus | None = None
     try:
+        current = invoke if isinstance(invoke, Invoke) else (yield from get_invoke(c, invoke_id))
         while True:
-            current = yield from get_invoke(c, invoke_id)
             changed = current.status is not last
             if changed:
                 last = current.status
@@ -338,11 +351,20 @@ def wait(
                 line.show(f"{invoke_id}: {current.status.value} ({waited:.0f} s)", force=changed)
             if current.status.terminal:
                 break
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise WaitTimeout(invoke_id, time.monotonic() - started, current.status.value)
-            yield Sleep(interval if remaining is None else min(interval, remaining))
-            interval = min(cap, interval * POLL_BACKOFF)
+            held = min(window, MAX_LONG_POLL_SEC)
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WaitTimeout(invoke_id, time.monotonic() - started, current.status.value)
+                held = min(held, remaining)
+            asked = time.monotonic()
+            current = yield from get_invoke(c, invoke_id, wait=held)
+            early = held - (time.monotonic() - asked)
+            if early > 0 and not current.status.terminal:
+                # Answered before the window ended and not final: a server without
+                # `?wait=` (or one shutting down). Pause as a plain poll would.
+                yield Sleep(early)
+            window = min(cap, window * POLL_BACKOFF)
     finally:
         if line is not None:
             line.done()
@@ -414,6 +436,8 @@ def invoke_and_wait(
     poll_interval: float | None = None,
     on_status: StatusCallback | None = None,
 ) -> Flow[InvokeOutputs]:
+    # The outputs come back as arrays: without numpy, say so before uploading anything.
+    yield Offload(lambda: _npz.require_numpy(RETURNS_ARRAYS, instead=WITHOUT_NUMPY))
     options = InvokeOptions(**(options or {}))
     model_url, model_sha = yield from stage(c, model, ArtifactKind.MODEL)
     inputs_url, inputs_sha = yield from stage(c, inputs, ArtifactKind.INPUTS)
@@ -424,6 +448,6 @@ def invoke_and_wait(
     queued = yield from invoke(c, runtime, model_url, inputs_url, options)
     log.info("invoke %s queued", queued.id)
     final = yield from wait(
-        c, queued.id, wait_timeout, poll_interval=poll_interval, on_status=on_status
+        c, queued, wait_timeout, poll_interval=poll_interval, on_status=on_status
     )
     return (yield from outputs(c, final))

@@ -161,7 +161,7 @@ class AsyncClient:
 
     async def wait(
         self,
-        invoke_id: str,
+        invoke: Invoke | str,
         timeout: float | None = None,
         *,
         poll_interval: float | None = None,
@@ -169,11 +169,16 @@ class AsyncClient:
         on_status: StatusCallback | None = None,
     ) -> Invoke:
         """The invoke once `done`; raises `InvokeFailed` (and subclasses) if it ended
-        otherwise, `WaitTimeout` after `timeout` seconds (the invoke goes on)."""
+        otherwise, `WaitTimeout` after `timeout` seconds (the invoke goes on).
+
+        Each status request is a long-poll that comes back as soon as the invoke ends;
+        other changes (`on_status`) are seen every `poll_interval`, growing ×1.5 up to
+        `max_poll_interval`. Given the `Invoke` that `invoke()` answered rather than its
+        id, the wait starts from it."""
         return await self._run(
             _api.wait(
                 self.config,
-                invoke_id,
+                invoke,
                 timeout,
                 poll_interval=poll_interval,
                 max_poll_interval=max_poll_interval,
@@ -275,10 +280,14 @@ class AsyncClient:
         eval_fraction: float | None = None,
         outputs: Sequence[str] = ("cbm",),
         wait_timeout: float | None = None,
+        load_model: bool = True,
         **options: Unpack[InvokeOptions],
     ) -> _catboost.TrainedModel:
         """Train on the platform and return `(model, report)`: a loaded CatBoost model and
-        its metrics, learning curves and feature importances."""
+        its metrics, learning curves and feature importances.
+
+        Loading needs catboost, checked before anything is uploaded. `load_model=False`
+        needs no catboost: `model` is None and the model's bytes are `report.model_cbm`."""
         return await self._run(
             _catboost.train_catboost(
                 self.config,
@@ -295,6 +304,7 @@ class AsyncClient:
                 eval_fraction=eval_fraction,
                 outputs=outputs,
                 wait_timeout=wait_timeout,
+                load_model=load_model,
                 options=options,
             )
         )

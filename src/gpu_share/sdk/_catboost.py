@@ -7,7 +7,8 @@ optionally `X_eval`, `y_eval`, `group_id`, `weight`. The job's outputs NPZ holds
 the model as bytes (`model_cbm`, `model_onnx`, `model_json`: uint8 arrays) and a
 `report_json` (uint8, UTF-8 JSON) with metrics, learning curves and importances.
 
-numpy and catboost are imported here only, when a training is built or loaded.
+numpy and catboost are imported here only, when a training is built or loaded; both
+are checked before anything is uploaded, so a missing extra never costs a training.
 """
 
 import json
@@ -224,7 +225,7 @@ class TrainingReport:
 class TrainedModel(NamedTuple):
     """`model, report = client.train_catboost(...)`."""
 
-    model: Any  # catboost.CatBoostClassifier | CatBoostRegressor | CatBoost
+    model: Any  # catboost.CatBoostClassifier | CatBoostRegressor | CatBoost; None: not loaded
     report: TrainingReport
 
 
@@ -233,27 +234,34 @@ def _require_catboost() -> Any:
         import catboost
     except ImportError:
         raise ConfigurationError(
-            "loading the trained model needs catboost: pip install 'gpu-share[catboost]'"
+            "train_catboost loads the trained model with catboost, which is not installed: "
+            "pip install 'gpu-share[catboost]'; or pass load_model=False to get the model's "
+            "bytes (report.model_cbm) and metrics without it"
         ) from None
     return catboost
 
 
-def load_training(outputs: InvokeOutputs, task: str) -> TrainedModel:
-    """The trained model, loaded, and the report, from a training invoke's outputs."""
-    arrays = outputs.arrays
-    if "model_cbm" not in arrays or "report_json" not in arrays:
-        raise GpuShareError(
-            f"invoke {outputs.invoke.id} returned {sorted(arrays)}, not a CatBoost training "
-            "result (model_cbm, report_json)"
-        )
+def _loaded(cbm: bytes, task: str) -> Any:
     catboost = _require_catboost()
-    cbm = _npz.array_bytes(arrays["model_cbm"])
     model_class = {
         "classification": catboost.CatBoostClassifier,
         "regression": catboost.CatBoostRegressor,
     }.get(task, catboost.CatBoost)
     model = model_class()
     model.load_model(blob=cbm)
+    return model
+
+
+def load_training(outputs: InvokeOutputs, task: str, *, load_model: bool = True) -> TrainedModel:
+    """The report and the trained model (loaded, or None) from a training invoke's outputs."""
+    arrays = outputs.arrays
+    if "model_cbm" not in arrays or "report_json" not in arrays:
+        raise GpuShareError(
+            f"invoke {outputs.invoke.id} returned {sorted(arrays)}, not a CatBoost training "
+            "result (model_cbm, report_json)"
+        )
+    cbm = _npz.array_bytes(arrays["model_cbm"])
+    model = _loaded(cbm, task) if load_model else None
     raw = json.loads(_npz.array_bytes(arrays["report_json"]).decode("utf-8"))
     importances = arrays.get("feature_importances")
     report = TrainingReport(
@@ -289,8 +297,11 @@ def train_catboost(
     eval_fraction: float | None = None,
     outputs: Sequence[str] = ("cbm",),
     wait_timeout: float | None = None,
+    load_model: bool = True,
     options: _api.InvokeOptions | None = None,
 ) -> Flow[TrainedModel]:
+    if load_model:  # a training whose model cannot be loaded here is a training wasted
+        yield Offload(_require_catboost)
     request: TrainingRequest = yield Offload(
         lambda: build_training(
             X,
@@ -316,5 +327,7 @@ def train_catboost(
     result = yield from _api.invoke_and_wait(
         c, request.runtime, config.url, inputs.url, invoke_options, wait_timeout=wait_timeout
     )
-    trained: TrainedModel = yield Offload(lambda: load_training(result, request.task))
+    trained: TrainedModel = yield Offload(
+        lambda: load_training(result, request.task, load_model=load_model)
+    )
     return trained

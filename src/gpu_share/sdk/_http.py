@@ -40,13 +40,14 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 class ApiRequest:
     method: str
     path: str  # relative to the base URL, or an absolute URL of the same server
-    params: Mapping[str, str | int] | None = None
+    params: Mapping[str, str | int | float] | None = None
     json: Any = None
     upload: UploadSource | None = None
     content: bytes | None = None  # a small body sent as is (session forwards)
     headers: Mapping[str, str] = field(default_factory=dict)
     safe: bool = True  # may be sent again: retried on transport errors, 429 and 5xx
     answers: frozenset[int] = frozenset()  # non-2xx statuses that are answers, not errors
+    read_timeout: float | None = None  # instead of the client's: for a long-poll the server holds
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,11 @@ def _build(http: httpx.Client | httpx.AsyncClient, req: ApiRequest, content: Any
     if req.upload is not None:
         headers["Content-Type"] = "application/octet-stream"
         headers["Content-Length"] = str(req.upload.size)  # lets the server refuse early
+    timeout = http.timeout
+    if req.read_timeout is not None:
+        timeout = httpx.Timeout(
+            connect=timeout.connect, read=req.read_timeout, write=timeout.write, pool=timeout.pool
+        )
     return http.build_request(
         req.method,
         req.path,
@@ -209,6 +215,7 @@ def _build(http: httpx.Client | httpx.AsyncClient, req: ApiRequest, content: Any
         json=req.json,
         content=content,
         headers=headers,
+        timeout=timeout,
     )
 
 

@@ -25,13 +25,14 @@ else:
 SINGLE_ARRAY_NAME = "arr_0"  # what np.savez calls one unnamed array; feeds a single-input model
 
 
-def require_numpy(purpose: str) -> Any:
+def require_numpy(purpose: str, *, instead: str = "") -> Any:
     try:
         import numpy
     except ImportError:
+        hint = f"; {instead}" if instead else ""
         raise ConfigurationError(
             f"{purpose} needs numpy, which the SDK does not install by itself: "
-            "pip install numpy (or pip install 'gpu-share[onnx]')"
+            f"pip install numpy (or pip install 'gpu-share[onnx]'){hint}"
         ) from None
     return numpy
 

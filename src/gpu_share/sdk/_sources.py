@@ -8,7 +8,6 @@ on disk while it is hashed.
 """
 
 import asyncio
-import hashlib
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
@@ -16,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from gpu_share.hashing import CHUNK_BYTES, sha256_chunks
 from gpu_share.sdk.errors import ConfigurationError
-
-CHUNK = 1 << 20
 
 FileSource = str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes]
 
@@ -65,12 +63,8 @@ def prepare(source: FileSource, name: str | None = None) -> UploadSource:
     """Hash `source` (blocking: run it off the event loop) and say how to read it again."""
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)
-        return UploadSource(
-            name=name or f"{len(data)} bytes",
-            size=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
-            _read_from_start=lambda: _slices(data),
-        )
+        sha256, size = sha256_chunks([data])
+        return UploadSource(name or f"{size} bytes", size, sha256, lambda: _slices(data))
     if isinstance(source, str | os.PathLike):
         return _from_path(Path(source), name)
     if hasattr(source, "read"):
@@ -82,12 +76,12 @@ def prepare(source: FileSource, name: str | None = None) -> UploadSource:
 
 def _slices(data: bytes) -> Iterator[bytes]:
     view = memoryview(data)
-    for start in range(0, len(data), CHUNK):
-        yield bytes(view[start : start + CHUNK])
+    for start in range(0, len(data), CHUNK_BYTES):
+        yield bytes(view[start : start + CHUNK_BYTES])
 
 
 def _read_file(file: IO[bytes]) -> Iterator[bytes]:
-    while chunk := file.read(CHUNK):
+    while chunk := file.read(CHUNK_BYTES):
         if not isinstance(chunk, bytes):
             raise ConfigurationError("the file must be opened in binary mode ('rb')")
         yield chunk
@@ -96,18 +90,13 @@ def _read_file(file: IO[bytes]) -> Iterator[bytes]:
 def _from_path(path: Path, name: str | None) -> UploadSource:
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
-    hasher = hashlib.sha256()
-    size = 0
-    with path.open("rb") as file:
-        for chunk in _read_file(file):
-            hasher.update(chunk)
-            size += len(chunk)
 
     def read() -> Iterator[bytes]:
         with path.open("rb") as file:
             yield from _read_file(file)
 
-    return UploadSource(name or path.name, size, hasher.hexdigest(), read)
+    sha256, size = sha256_chunks(read())
+    return UploadSource(name or path.name, size, sha256, read)
 
 
 def _from_file(file: IO[bytes], name: str | None) -> UploadSource:
@@ -115,17 +104,13 @@ def _from_file(file: IO[bytes], name: str | None) -> UploadSource:
     if not _seekable(file):
         return _spooled(file, label)
     start = file.tell()
-    hasher = hashlib.sha256()
-    size = 0
-    for chunk in _read_file(file):
-        hasher.update(chunk)
-        size += len(chunk)
 
     def read() -> Iterator[bytes]:
         file.seek(start)
         yield from _read_file(file)
 
-    return UploadSource(Path(label).name, size, hasher.hexdigest(), read)
+    sha256, size = sha256_chunks(read())
+    return UploadSource(Path(label).name, size, sha256, read)
 
 
 def _seekable(file: Any) -> bool:
@@ -138,14 +123,9 @@ def _seekable(file: Any) -> bool:
 def _spooled(file: IO[bytes], label: str) -> UploadSource:
     handle, raw = tempfile.mkstemp(prefix="gpu-share-upload-")
     path = Path(raw)
-    hasher = hashlib.sha256()
-    size = 0
     try:
         with os.fdopen(handle, "wb") as spool:
-            for chunk in _read_file(file):
-                hasher.update(chunk)
-                spool.write(chunk)
-                size += len(chunk)
+            sha256, size = sha256_chunks(_copied(_read_file(file), spool))
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -154,9 +134,14 @@ def _spooled(file: IO[bytes], label: str) -> UploadSource:
         with path.open("rb") as spooled:
             yield from _read_file(spooled)
 
-    return UploadSource(
-        Path(label).name, size, hasher.hexdigest(), read, _cleanup=lambda: _unlink(path)
-    )
+    return UploadSource(Path(label).name, size, sha256, read, _cleanup=lambda: _unlink(path))
+
+
+def _copied(chunks: Iterator[bytes], spool: IO[bytes]) -> Iterator[bytes]:
+    """The chunks, each written to `spool` on the way past."""
+    for chunk in chunks:
+        spool.write(chunk)
+        yield chunk
 
 
 def _unlink(path: Path) -> None:

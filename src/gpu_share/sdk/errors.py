@@ -20,6 +20,7 @@
     │   ├── ValidationError         422 VALIDATION_ERROR (also raised before sending a bad body)
     │   ├── ChecksumMismatch        422 CHECKSUM_MISMATCH
     │   ├── RateLimited             429 RATE_LIMITED
+    │   ├── HeadersTooLarge         431 HEADERS_TOO_LARGE
     │   ├── InternalServerError     500 INTERNAL
     │   ├── ServiceUnavailable      503 UNAVAILABLE
     │   └── NoCapacity              503 NO_CAPACITY
@@ -161,6 +162,10 @@ class RateLimited(ApiError):
     code_name = ErrorCode.RATE_LIMITED
 
 
+class HeadersTooLarge(ApiError):
+    code_name = ErrorCode.HEADERS_TOO_LARGE
+
+
 class InternalServerError(ApiError):
     code_name = ErrorCode.INTERNAL
 
@@ -191,6 +196,7 @@ API_ERRORS: dict[str, type[ApiError]] = {
         ValidationError,
         ChecksumMismatch,
         RateLimited,
+        HeadersTooLarge,
         InternalServerError,
         ServiceUnavailable,
         NoCapacity,
@@ -211,6 +217,7 @@ _BY_STATUS: dict[int, type[ApiError]] = {
     415: UnsupportedMediaType,
     422: ValidationError,
     429: RateLimited,
+    431: HeadersTooLarge,
     500: InternalServerError,
     502: ServiceUnavailable,
     503: ServiceUnavailable,

@@ -16,7 +16,7 @@ import httpx
 from gpu_share.agent.client import CoordinatorClient, StaleLease
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.invokes import InvokeResult, InvokeStatus, Metrics
-from gpu_share.protocol.nodes import GpuInfo
+from gpu_share.protocol.nodes import GpuInfo, SandboxKind
 from gpu_share.protocol.runtimes import RuntimeName
 
 H100 = GpuInfo(
@@ -38,6 +38,7 @@ def inventory(
     slots: int = 1,
     region: str | None = None,
     hostname: str = "sim-node",
+    sandbox: SandboxKind = SandboxKind.PROCESS,
 ) -> wire.NodeInventory:
     return wire.NodeInventory(
         hostname=hostname,
@@ -47,7 +48,7 @@ def inventory(
         gpus=gpus or [],
         runtimes=runtimes or [RuntimeName.ONNX_CPU],
         max_concurrent_jobs=slots,
-        sandbox="process",
+        sandbox=sandbox,
         region=region,
     )
 

@@ -8,6 +8,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
+FRAME_HEADER_ALLOWANCE = 64 * 1024
 
 
 class ChecksumMode(StrEnum):
@@ -58,7 +59,12 @@ class Settings(BaseSettings):
     max_output_bytes: int = Field(default=2 * GiB, gt=0)
     max_log_bytes_per_invoke: int = Field(default=2 * MiB, gt=0)
     artifact_token_ttl_sec: int = Field(default=3600, gt=0, description="Signed agent downloads")
-    max_forward_bytes: int = Field(default=64 * MiB, gt=0, description="Session forward bodies")
+    max_forward_bytes: int = Field(
+        default=64 * MiB,
+        gt=0,
+        description="A session forward's body and its answer; a larger answer fails that "
+        "forward alone (413)",
+    )
     max_json_body_bytes: int = Field(
         default=1 * MiB, ge=1024, description="Any JSON request body, checked before anything else"
     )
@@ -87,6 +93,11 @@ class Settings(BaseSettings):
             self.artifact_dir = self.data_dir / "artifacts"
         self.public_base_url = self.public_base_url.rstrip("/")
         return self
+
+    @property
+    def websocket_max_bytes(self) -> int:
+        """The largest frame the agents' channel takes: a forward or answer, and its header."""
+        return self.max_forward_bytes + FRAME_HEADER_ALLOWANCE
 
     @property
     def artifacts_path(self) -> Path:

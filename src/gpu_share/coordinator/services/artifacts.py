@@ -48,7 +48,6 @@ class UploadRequest:
     kind: ArtifactKind
     content_sha256: str | None
     declared_length: int | None
-    enforce_quota: bool = True  # False for what the platform itself stores (job outputs)
 
 
 def artifact_url(base_url: str, artifact_id: str) -> str:
@@ -138,7 +137,7 @@ async def upload(
             "pass the SHA-256 of the body as ?content_sha256=HEX",
         )
     limit = settings.max_upload_bytes(request.kind.value)
-    quota = settings.tenant_quota_bytes if request.enforce_quota else 1 << 62
+    quota = settings.tenant_quota_bytes  # uploads, job outputs and checkpoints alike
     if request.declared_length is not None and request.declared_length > limit:
         raise _size_error(request.kind, limit)
     async with db.read() as session:
@@ -276,7 +275,7 @@ async def _insert_artifact(
         select(TenantRow.id).where(TenantRow.id == request.tenant_id).with_for_update()
     )
     used = await tenant_usage(session, request.tenant_id, now)
-    if request.enforce_quota and used + size > settings.tenant_quota_bytes:
+    if used + size > settings.tenant_quota_bytes:
         raise _quota_error(settings.tenant_quota_bytes, used, size)
     blob = await session.scalar(select(BlobRow).where(BlobRow.sha256 == digest).with_for_update())
     used_ours = False

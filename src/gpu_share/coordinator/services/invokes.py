@@ -148,6 +148,7 @@ def requirements_of(body: InvokeCreate) -> Requirements:
         gpu_model=body.gpu_model,
         region=body.region,
         tier=body.tier.value if body.tier else None,
+        isolated_only=body.isolated_only,
         max_price_micro=int(price * MICRO) if isinstance(price, Decimal) else None,
     )
 

@@ -1,8 +1,9 @@
 """Files an agent produces for a leased invoke: large outputs and training checkpoints.
 
 Both are stored as artifacts of the invoke's tenant (they are the tenant's data) and
-do not count against the upload quota. A checkpoint replaces the previous one; a
-requeued attempt is leased with the newest.
+count against the tenant's quota like uploads: one that does not fit is refused with
+413 QUOTA_EXCEEDED, and the tenant can delete old outputs to make room. A checkpoint
+replaces the previous one; a requeued attempt is leased with the newest.
 """
 
 import contextlib
@@ -48,7 +49,6 @@ async def store(
             kind=kind,
             content_sha256=content_sha256,
             declared_length=None,
-            enforce_quota=False,
         ),
         chunks,
         now,

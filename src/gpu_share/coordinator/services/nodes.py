@@ -19,6 +19,7 @@ from gpu_share.protocol.nodes import (
     NodeGpu,
     NodeStatus,
     RuntimeAvailability,
+    SandboxKind,
     Tier,
 )
 from gpu_share.protocol.runtimes import RuntimeName
@@ -119,6 +120,8 @@ def to_wire(row: NodeRow, status: NodeStatus, running: int) -> Node:
         reliability_score=None,
         running_jobs=running,
         max_concurrent_jobs=row.max_concurrent_jobs,
+        sandbox=SandboxKind(row.sandbox),
+        isolated=SandboxKind(row.sandbox).isolates,
         last_seen_at=row.last_seen_at,
     )
 

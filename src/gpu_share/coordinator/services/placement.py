@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
-from gpu_share.protocol.nodes import NodeStatus
+from gpu_share.protocol.nodes import NodeStatus, SandboxKind
 from gpu_share.protocol.runtimes import RuntimeName
 
 MICRO = 1_000_000
@@ -20,6 +20,7 @@ class Requirements:
     region: str | None = None
     tier: str | None = None
     max_price_micro: int | None = None
+    isolated_only: bool = False
 
     def describe(self) -> str:
         parts = [f"runtime {self.runtime.value}"]
@@ -35,6 +36,8 @@ class Requirements:
             parts.append(f"tier {self.tier}")
         if self.max_price_micro is not None:
             parts.append(f"max_price_per_gpu_hour {self.max_price_micro / MICRO:g}")
+        if self.isolated_only:
+            parts.append("isolated_only")
         return ", ".join(parts)
 
     def constraints(self) -> dict[str, Any]:
@@ -44,6 +47,7 @@ class Requirements:
             "region": self.region,
             "tier": self.tier,
             "max_price_micro": self.max_price_micro,
+            "isolated_only": self.isolated_only,
         }
 
     @classmethod
@@ -60,6 +64,7 @@ class Requirements:
             region=c.get("region"),
             tier=c.get("tier"),
             max_price_micro=c.get("max_price_micro"),
+            isolated_only=bool(c.get("isolated_only")),
         )
 
 
@@ -83,6 +88,8 @@ def serves(node: NodeRow, req: Requirements) -> bool:
     if req.region and (node.region or "").lower() != req.region.lower():
         return False
     if req.tier and node.tier != req.tier:
+        return False
+    if req.isolated_only and not SandboxKind(node.sandbox).isolates:
         return False
     price = node.price_per_gpu_hour_micro or 0
     return req.max_price_micro is None or price <= req.max_price_micro

@@ -16,7 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.clock import Clock
 from gpu_share.coordinator.core.db import Database
-from gpu_share.coordinator.core.errors import ApiError, Conflict, Gone, NotFound, Unavailable
+from gpu_share.coordinator.core.errors import (
+    ApiError,
+    Conflict,
+    Gone,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+)
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import ArtifactRow, NodeRow, SessionRow
 from gpu_share.coordinator.core.settings import Settings
@@ -93,6 +100,7 @@ def requirements_of(body: SessionCreate) -> Requirements:
         gpu_model=body.gpu_model,
         region=body.region,
         tier=body.tier.value if body.tier else None,
+        isolated_only=body.isolated_only,
         max_price_micro=int(price * MICRO) if price is not None else None,
     )
 
@@ -217,6 +225,7 @@ class Sessions:
                 model=ref,
                 max_batch=body.max_batch,
                 max_concurrency=body.max_concurrency,
+                max_answer_bytes=ctx.settings.max_forward_bytes,
             ),
         )
         with contextlib.suppress(TimeoutError):
@@ -320,6 +329,8 @@ class Sessions:
             raise _forward_error(exc) from exc
         if not header.ok:
             error = header.error or SessionError(code=ErrorCode.RUNTIME_ERROR, message="failed")
+            if error.code == ErrorCode.PAYLOAD_TOO_LARGE:
+                raise PayloadTooLarge(error.message, details={"session": "still usable"})
             raise ApiError(
                 error.message,
                 code=ErrorCode.VALIDATION_ERROR,
