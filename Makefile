@@ -15,8 +15,13 @@ install: $(BIN)/python
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q -e '.[all,dev]'
 
+# `make up PORT=9090 HOST=0.0.0.0`: only values given on make's command line count, so a
+# HOST or PORT the shell happens to export (often meaning something else) is ignored.
+UP_ARGS := $(if $(filter command line,$(origin PORT)),--port $(PORT)) \
+	$(if $(filter command line,$(origin HOST)),--host $(HOST))
+
 up: install
-	$(BIN)/gpu-share up
+	$(strip $(BIN)/gpu-share up $(UP_ARGS))
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -73,12 +73,22 @@ async def test_openapi_json_and_yaml_agree_and_carry_version(client: httpx.Async
     assert as_json["info"]["version"] == "0.4.0"
 
 
+# Anyone may call these: applying, following an application, claiming an account.
+PUBLIC = {
+    "/v1/tenant/applications",
+    "/v1/provider/gpu-models",
+    "/v1/provider/applications",
+    "/v1/provider/applications/status/{token}",
+    "/v1/provider/claim/{token}",
+}
+
+
 async def test_every_keyed_operation_documents_its_errors(client: httpx.AsyncClient) -> None:
     spec: dict[str, Any] = (await client.get("/openapi.json")).json()
     for path, operations in spec["paths"].items():
         for method, op in operations.items():
             responses = op["responses"]
-            if path.startswith("/v1/") and path != "/v1/tenant/applications":
+            if path.startswith("/v1/") and path not in PUBLIC:
                 assert "401" in responses, f"{method} {path}"
                 if path != "/v1/agent/register":  # an enrollment token has no role
                     assert "403" in responses, f"{method} {path}"
@@ -117,6 +127,7 @@ async def test_openapi_declares_the_bearer_scheme_on_every_keyed_operation(
             if "401" in operation["responses"] and path != "/v1/agent/register":
                 assert operation.get("security") == [{"bearerAuth": []}], (method, path)
     assert ("post", "/v1/gpu/invoke") in keyed and ("get", "/health") in open_
+    assert {path for _, path in open_ if path.startswith("/v1/")} == PUBLIC
     assert "security" not in spec["paths"]["/health"]["get"]
 
 

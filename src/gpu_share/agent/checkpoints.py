@@ -8,27 +8,19 @@ this one is lost, which then resumes instead of starting over.
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from pathlib import Path
 
 from gpu_share.agent.client import CoordinatorClient, StaleLease
 from gpu_share.agent.jobfiles import copy_out, stat_inside
 from gpu_share.agent.logstream import LogStream
+from gpu_share.hashing import sha256_file
 from gpu_share.protocol import agent as wire
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_PATH = "checkpoint/snapshot.cbs"
 RESTORED_PATH = "in/checkpoint"
-
-
-def _sha256(path: Path) -> str:
-    hasher = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            hasher.update(chunk)
-    return hasher.hexdigest()
 
 
 class CheckpointKeeper:
@@ -90,7 +82,7 @@ class CheckpointKeeper:
         copy = self._staging / "snapshot.upload"
         try:
             size = await asyncio.to_thread(copy_out, self._job_dir, SNAPSHOT_PATH, copy)
-            sha = await asyncio.to_thread(_sha256, copy)
+            sha = await asyncio.to_thread(sha256_file, copy)
             await self._client.store_checkpoint(
                 self._lease.invoke_id, self._lease.lease_token, copy, sha
             )

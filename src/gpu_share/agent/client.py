@@ -8,8 +8,9 @@ with capped exponential backoff. 409 on a leased invoke means the lease is stale
 import asyncio
 import hashlib
 import logging
-import random
-from collections.abc import AsyncIterator, Mapping
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,6 +18,7 @@ import httpx
 from pydantic import BaseModel
 
 from gpu_share._version import __version__
+from gpu_share.backoff import Backoff
 from gpu_share.protocol import agent as wire
 
 log = logging.getLogger(__name__)
@@ -40,10 +42,24 @@ class Unauthorized(CoordinatorError):
     """The node key or enrollment token is not accepted."""
 
 
-def _transient(exc: Exception) -> bool:
+def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, httpx.TransportError):
         return True
     return isinstance(exc, CoordinatorError) and (exc.status >= 500 or exc.status == 429)
+
+
+def describe(exc: BaseException) -> str:
+    """Why a request failed, in a few words: "connection refused", "timed out", "503 …"."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    cause: BaseException | None = exc if isinstance(exc, httpx.TransportError) else None
+    while cause is not None:  # httpx wraps the OSError that says what happened
+        if isinstance(cause, socket.gaierror):
+            return f"cannot resolve the host name ({cause.strerror})"
+        if isinstance(cause, OSError) and cause.errno is not None:
+            return os.strerror(cause.errno).lower()
+        cause = cause.__cause__ or cause.__context__
+    return str(exc) or type(exc).__name__
 
 
 def _raise_for(response: httpx.Response) -> None:
@@ -56,6 +72,26 @@ def _raise_for(response: httpx.Response) -> None:
         code, message = "HTTP_ERROR", response.text[:300]
     cls = {401: Unauthorized, 409: StaleLease}.get(response.status_code, CoordinatorError)
     raise cls(response.status_code, code, message)
+
+
+async def _retrying(
+    what: str,
+    send: Callable[[], Awaitable[httpx.Response]],
+    *,
+    retry_for: float,
+    delay: Backoff,
+) -> httpx.Response:
+    """`send()` until it succeeds, fails for good, or `retry_for` seconds are spent."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + retry_for
+    while True:
+        try:
+            return await send()
+        except Exception as exc:
+            if not is_transient(exc) or loop.time() + delay.upcoming > deadline:
+                raise
+            log.info("%s failed (%s); retrying in %.1fs", what, describe(exc), delay.upcoming)
+            await delay.sleep()
 
 
 class CoordinatorClient:
@@ -117,42 +153,39 @@ class CoordinatorClient:
         **kwargs: Any,
     ) -> M | None:
         """One request; transient failures are retried for up to `retry_for` seconds."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + retry_for
-        delay = 0.2
-        while True:
-            try:
-                response = await self._request(method, path, **kwargs)
-            except Exception as exc:
-                if not _transient(exc) or loop.time() + delay > deadline:
-                    raise
-                log.info("%s %s failed (%s); retrying in %.1fs", method, path, exc, delay)
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311
-                delay = min(delay * 2, 10.0)
-                continue
-            if answer is None or response.status_code == 204:
-                return None
-            return answer.model_validate(response.json())
+        response = await _retrying(
+            f"{method} {path}",
+            lambda: self._request(method, path, **kwargs),
+            retry_for=retry_for,
+            delay=Backoff(first=0.2, cap=10.0),
+        )
+        if answer is None or response.status_code == 204:
+            return None
+        return answer.model_validate(response.json())
 
-    async def register(self, token: str, inventory: wire.NodeInventory) -> wire.RegistrationResult:
+    async def register(
+        self, token: str, inventory: wire.NodeInventory, *, retry_for: float = 60.0
+    ) -> wire.RegistrationResult:
         result = await self.call(
             "POST",
             "/v1/agent/register",
             wire.RegistrationResult,
             json=wire.Registration(inventory=inventory).model_dump(mode="json"),
             key=token,
-            retry_for=60.0,
+            retry_for=retry_for,
         )
         assert result is not None
         return result
 
-    async def update_inventory(self, inventory: wire.NodeInventory) -> wire.InventoryAck:
+    async def update_inventory(
+        self, inventory: wire.NodeInventory, *, retry_for: float = 60.0
+    ) -> wire.InventoryAck:
         ack = await self.call(
             "PUT",
             "/v1/agent/inventory",
             wire.InventoryAck,
             json=inventory.model_dump(mode="json"),
-            retry_for=60.0,
+            retry_for=retry_for,
         )
         assert ack is not None
         return ack
@@ -220,27 +253,22 @@ class CoordinatorClient:
                 while chunk := await asyncio.to_thread(f.read, 1 << 20):
                     yield chunk
 
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 600.0
-        delay = 0.5
-        while True:
-            try:
-                return await self._request(
-                    "POST",
-                    endpoint,
-                    content=body(),
-                    params={"content_sha256": sha256},
-                    headers={
-                        wire.LEASE_TOKEN_HEADER: lease_token,
-                        "Content-Type": "application/octet-stream",
-                    },
-                    timeout=600.0,
-                )
-            except Exception as exc:
-                if not _transient(exc) or loop.time() + delay > deadline:
-                    raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+        return await _retrying(
+            f"POST {endpoint}",
+            lambda: self._request(
+                "POST",
+                endpoint,
+                content=body(),
+                params={"content_sha256": sha256},
+                headers={
+                    wire.LEASE_TOKEN_HEADER: lease_token,
+                    "Content-Type": "application/octet-stream",
+                },
+                timeout=600.0,
+            ),
+            retry_for=600.0,
+            delay=Backoff(first=0.5, cap=10.0),
+        )
 
     async def report(self, invoke_id: str, report: wire.ResultReport, retry_for: float) -> None:
         await self.call(

@@ -302,6 +302,7 @@ class Job:
             asyncio.create_task(self.outcome.canceled.wait()): "canceled",
             asyncio.create_task(self.outcome.dropped.wait()): "dropped",
         }
+        exit_code: int | None = None
         try:
             done, _ = await asyncio.wait(
                 waiters, timeout=max(remaining, 0.0), return_when=asyncio.FIRST_COMPLETED
@@ -313,6 +314,8 @@ class Job:
                 process.kill()
             exit_code = await asyncio.wait_for(process.wait(), KILL_GRACE_SEC + 30)
         finally:
+            if exit_code is None:  # cancelled (the agent is stopping) or stuck: kill it
+                process.kill()
             for task in waiters:
                 task.cancel()
             if sampler is not None:

@@ -32,6 +32,7 @@ from gpu_share.agent.jobfiles import UnsafeJobFile, read_small
 from gpu_share.agent.jobs import JobContext
 from gpu_share.agent.runtimes.jobspec import JobSpec, RuntimeResult
 from gpu_share.agent.sandbox import SandboxedProcess, SandboxSpec
+from gpu_share.backoff import Backoff
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.sessions import (
     CloseSession,
@@ -88,7 +89,7 @@ class SessionHost:
         return "ws" + server.removeprefix("http") + "/v1/agent/sessions/ws"
 
     async def run(self, stop: asyncio.Event) -> None:
-        delay = 0.5
+        delay = Backoff(first=0.5, cap=10.0)
         while not stop.is_set():
             try:
                 async with connect(
@@ -102,21 +103,17 @@ class SessionHost:
                 ) as ws:
                     self._ws = ws
                     self.connected.set()
-                    delay = 0.5
+                    delay.reset()
                     await self._serve(ws, stop)
             except (OSError, ConnectionClosed, TimeoutError) as exc:
-                log.info("session channel down (%s); reconnecting in %.1fs", exc, delay)
+                log.info("session channel down (%s); reconnecting in %.1fs", exc, delay.upcoming)
             except Exception:
                 log.exception("session channel failed; reconnecting")
             finally:
                 self._ws = None
                 self.connected.clear()
                 await self.stop_all()
-            if stop.is_set():
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, 10.0)
+            await delay.sleep(stop)  # at once when stopping
 
     async def _serve(self, ws: ClientConnection, stop: asyncio.Event) -> None:
         stopping = asyncio.create_task(stop.wait())
@@ -227,7 +224,8 @@ class SessionHost:
         log.info("session %s ready on %s", message.session_id, info["device"])
 
     async def _connect(self, local: LocalSession) -> None:
-        """Wait for the model to load (its socket appears) or the process to give up."""
+        """Wait for the model to load (its socket appears, already listening: see
+        `onnx_session.listen_unix`) or the process to give up."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_TIMEOUT_SEC
         exited = asyncio.create_task(local.process.wait())

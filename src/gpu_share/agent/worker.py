@@ -21,12 +21,19 @@ from gpu_share._version import __version__
 from gpu_share.agent import gpu as gpu_module
 from gpu_share.agent.cache import ArtifactCache
 from gpu_share.agent.capabilities import detect_runtimes
-from gpu_share.agent.client import CoordinatorClient, CoordinatorError, Unauthorized
+from gpu_share.agent.client import (
+    CoordinatorClient,
+    CoordinatorError,
+    Unauthorized,
+    describe,
+    is_transient,
+)
 from gpu_share.agent.gpu import Gpu, Nvml
 from gpu_share.agent.jobs import Job, JobContext
 from gpu_share.agent.sandbox import Sandbox, detect_sandbox
 from gpu_share.agent.sessions import SessionHost
 from gpu_share.agent.settings import AgentSettings
+from gpu_share.backoff import Backoff
 from gpu_share.netguard import SafeFetcher, UrlPolicy
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.runtimes import RuntimeName
@@ -87,6 +94,8 @@ class Agent:
         self._slot_freed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self.session_host: SessionHost | None = None
+        self.online = asyncio.Event()  # registered, its loops started: `gpu-share up` waits on it
+        self.left_running = 0  # jobs still running when the drain ended: their leases will expire
 
     def inventory(self) -> wire.NodeInventory:
         memory = psutil.virtual_memory()
@@ -112,7 +121,7 @@ class Agent:
         if identity is not None:
             self.client.key = identity.node_key
             try:
-                ack = await self.client.update_inventory(inventory)
+                ack = await self.client.update_inventory(inventory, retry_for=0)
             except Unauthorized:
                 log.warning("the saved node key was refused; registering again")
             else:
@@ -124,15 +133,57 @@ class Agent:
                 "with --token gpu_et_… (it is needed on the first start only)"
             )
         try:
-            result = await self.client.register(self.settings.token.get_secret_value(), inventory)
+            result = await self.client.register(
+                self.settings.token.get_secret_value(), inventory, retry_for=0
+            )
         except Unauthorized as exc:
             raise AgentStartError(f"registration refused: {exc.message}") from exc
         save_identity(path, Identity(self.settings.server, result.node_id, result.node_key))
         self.client.key = result.node_key
         self.node_id, self.heartbeat_interval = result.node_id, result.heartbeat_interval_sec
 
+    async def _connect_until_stopped(self, stop: asyncio.Event) -> bool:
+        """Connect, retrying while the coordinator is away; False when told to stop first."""
+        delay = Backoff(first=1.0, cap=30.0)
+        while not stop.is_set():
+            attempt = asyncio.create_task(self.connect(), name="agent:connect")
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait({attempt, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not attempt.done():
+                attempt.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await attempt
+                return False
+            try:
+                attempt.result()
+            except (httpx.TransportError, CoordinatorError) as exc:
+                if not is_transient(exc):
+                    raise AgentStartError(
+                        f"{self.settings.server} refused this agent: {exc}"
+                    ) from exc
+                server = self.settings.server
+                if isinstance(exc, httpx.TransportError):
+                    problem = f"cannot reach {server}: {describe(exc)}"
+                else:
+                    problem = f"{server} answered {exc}"
+                log.warning("%s; retrying in %g s", problem, delay.upcoming)
+                if not await delay.sleep(stop):
+                    return False
+            else:
+                return True
+        return False
+
     async def run(self, stop: asyncio.Event, *, drain_timeout: float = 30.0) -> None:
-        await self.connect()
+        """Serve until `stop` is set, then let running jobs finish for `drain_timeout` seconds."""
+        try:
+            if await self._connect_until_stopped(stop):
+                await self._serve(stop, drain_timeout)
+        finally:
+            await self.client.aclose()
+            self.nvml.shutdown()
+
+    async def _serve(self, stop: asyncio.Event, drain_timeout: float) -> None:
         log.info(
             "node %s online: %d GPU(s), runtimes %s, %d slot(s), %s sandbox",
             self.node_id,
@@ -155,6 +206,7 @@ class Agent:
             leasing = asyncio.create_task(self._lease_loop(ctx, stop), name="agent:lease")
             self.session_host = SessionHost(ctx, self.gpus)
             hosting = asyncio.create_task(self.session_host.run(stop), name="agent:sessions")
+            self.online.set()
             await stop.wait()
             await hosting
             leasing.cancel()
@@ -164,16 +216,15 @@ class Agent:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
-        await self.client.aclose()
-        self.nvml.shutdown()
 
     async def _drain(self, timeout: float) -> None:
         if not self._tasks:
             return
-        log.info("waiting up to %.0fs for %d running job(s)", timeout, len(self._tasks))
         pending = set(self._tasks)
         if timeout > 0:
+            log.info("waiting up to %.0fs for %d running job(s)", timeout, len(pending))
             _, pending = await asyncio.wait(self._tasks, timeout=timeout)
+        self.left_running = len(pending)
         for task in pending:
             task.cancel()
         for task in pending:
@@ -192,7 +243,9 @@ class Agent:
             try:
                 ack = await self.client.heartbeat(beat)
             except Exception as exc:
-                log.warning("heartbeat failed (%s); the coordinator may be restarting", exc)
+                log.warning(
+                    "heartbeat failed (%s); the coordinator may be restarting", describe(exc)
+                )
             else:
                 self.heartbeat_interval = ack.heartbeat_interval_sec
                 for status in ack.leases:
@@ -210,7 +263,7 @@ class Agent:
                     await asyncio.wait_for(stop.wait(), self.heartbeat_interval)
 
     async def _lease_loop(self, ctx: JobContext, stop: asyncio.Event) -> None:
-        delay = 0.5
+        delay = Backoff(first=0.5, cap=10.0)
         while not stop.is_set():
             free = self.slots - len(self.jobs)
             if free <= 0:
@@ -227,11 +280,10 @@ class Agent:
                 stop.set()
                 return
             except (httpx.TransportError, CoordinatorError) as exc:
-                log.warning("lease failed (%s); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                log.warning("lease failed (%s); retrying in %.1fs", describe(exc), delay.upcoming)
+                await delay.sleep(stop)
                 continue
-            delay = 0.5
+            delay.reset()
             for lease in response.jobs:
                 self._start(ctx, lease)
 

@@ -69,16 +69,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(settings: Any) -> int:
+    from gpu_share.agent.sandbox import SandboxUnavailable
     from gpu_share.agent.worker import Agent, AgentStartError
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    agent = await asyncio.to_thread(Agent, settings)
     try:
+        agent = await asyncio.to_thread(Agent, settings)
         await agent.run(stop, drain_timeout=settings.drain_timeout_sec)
-    except AgentStartError as exc:
+    except (AgentStartError, SandboxUnavailable) as exc:
         print(f"gpu-share agent: {exc}")
         return 2
+    print("stopped")
     return 0

@@ -1,8 +1,32 @@
-"""`gpu-share server`: the coordinator alone (production: PostgreSQL, many replicas)."""
+"""`gpu-share server`: the coordinator alone (production: PostgreSQL, many replicas).
+
+`CoordinatorServer` is also how `gpu-share up` serves: on a socket bound before anything
+else starts (so a busy port is one line, not a traceback), with signals left to the
+command, and a shutdown that lets the requests in flight finish before the app closes
+its database.
+"""
+
+from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import errno
 import logging
-from typing import Any
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
+
+
+class CannotListen(Exception):
+    """The address to serve on cannot be bound; the message says what to change."""
 
 
 def register(sub: Any) -> None:
@@ -22,22 +46,149 @@ def run(args: argparse.Namespace) -> int:
     from gpu_share.cli._extras import require_extra
 
     require_extra("server", "fastapi", "sqlalchemy", "uvicorn")
-    import uvicorn
-
     from gpu_share.coordinator.app import create_app
     from gpu_share.coordinator.core.settings import Settings
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    if args.log_level != "debug":  # one line per outgoing request is noise at info level
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     settings = Settings(**overrides)
+    try:
+        sock = listen_on(settings.host, settings.port)
+    except CannotListen as exc:
+        print(f"gpu-share server: {exc}", file=sys.stderr)
+        return 2
     app = create_app(settings, on_admin_key=_print_admin_key)
-    uvicorn.run(
-        app, host=settings.host, port=settings.port, log_level=args.log_level, access_log=False
-    )
-    return 0
+    return asyncio.run(_serve(CoordinatorServer(app, sock, log_level=args.log_level)))
+
+
+async def _serve(server: CoordinatorServer) -> int:
+    stopping = asyncio.Event()
+    with on_stop_signals(stopping.set):
+        if not await server.start():
+            return 1
+        assert server.serving is not None
+        waiting = asyncio.create_task(stopping.wait())
+        await asyncio.wait({waiting, server.serving}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        await server.stop()
+    return 0 if stopping.is_set() else 1
 
 
 def _print_admin_key(key: str) -> None:
     print(f"\nAdmin key (shown once, store it now): {key}\n", flush=True)
+
+
+def listen_on(host: str, port: int) -> socket.socket:
+    """The server's socket, bound; `CannotListen` says why not in one line."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise CannotListen(f"port {port} is in use: pass --port or set GPUSHARE_PORT") from exc
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return sock
+
+
+@contextlib.contextmanager
+def on_stop_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """Ctrl+C or SIGTERM calls `stop`; a second one ends the process at once.
+
+    Ending at once is as safe as a crash, which loses nothing: every state change is a
+    database transaction, and a lease nobody reports on expires and is requeued.
+    """
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    received = 0
+
+    def handle() -> None:
+        nonlocal received
+        received += 1
+        if received == 1:
+            stop()
+            return
+        print("stopped without waiting", flush=True)
+        os._exit(128 + signal.SIGINT)
+
+    for sig in signals:
+        loop.add_signal_handler(sig, handle)
+    try:
+        yield
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+class CoordinatorServer:
+    """uvicorn serving the coordinator app on a bound socket until `stop()`.
+
+    Stopping takes no new connections, answers the long-polls, waits for the requests
+    in flight (up to `graceful_sec`), and only then runs the app's shutdown.
+    """
+
+    def __init__(
+        self,
+        app: FastAPI,
+        sock: socket.socket,
+        *,
+        log_level: str,
+        graceful_sec: int | None = None,
+    ) -> None:
+        import uvicorn
+
+        self._sock = sock
+        host, port = sock.getsockname()[:2]
+        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        config = uvicorn.Config(
+            app,
+            log_level=log_level,
+            access_log=False,
+            timeout_graceful_shutdown=graceful_sec,
+        )
+        self._server = _uvicorn_server(app, config)
+        self.serving: asyncio.Task[None] | None = None  # ends when the server does
+
+    async def start(self) -> bool:
+        """Serve in the background; False when the app failed to start (uvicorn logs why)."""
+        self.serving = asyncio.create_task(self._server.serve(sockets=[self._sock]))
+        # uvicorn offers no startup event to wait on
+        while not self._server.started and not self.serving.done():  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        if self._server.started:  # uvicorn says this itself only for sockets it binds
+            logging.getLogger("uvicorn.error").info(
+                "Uvicorn running on %s (Press CTRL+C to quit)", self.url
+            )
+        return self._server.started
+
+    async def stop(self) -> None:
+        if self.serving is None:
+            self._sock.close()
+            return
+        self._server.should_exit = True
+        await self.serving
+
+
+def _uvicorn_server(app: FastAPI, config: uvicorn.Config) -> uvicorn.Server:
+    import uvicorn
+
+    from gpu_share.coordinator.app import answer_long_polls
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # the command handles signals: `up` stops its agent before the server
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            for server in self.servers:  # no new connections first (uvicorn repeats it)
+                server.close()
+            await answer_long_polls(app)
+            await super().shutdown(sockets)
+
+    return Server(config)

@@ -1,15 +1,31 @@
-"""`gpu-share up`: everything on this machine, one process, embedded defaults."""
+"""`gpu-share up`: everything on this machine, one process, embedded defaults.
+
+Ctrl+C stops the agent first and the server after it, so the agent's last requests
+still find the coordinator whole. A job the agent leaves running is requeued when its
+lease expires after the next start: never lost.
+"""
 
 import argparse
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
+import socket
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpu_share.cli._extras import require_extra
+from gpu_share.cli.server import CannotListen, CoordinatorServer, listen_on, on_stop_signals
+from gpu_share.hashing import sha256_file
+
+log = logging.getLogger("gpu_share.up")
+
+# Ctrl+C stops at once: running jobs are left to their leases (requeued after the next
+# start), and the server's requests in flight get this long to finish.
+GRACEFUL_SEC = 1
+AGENT_READY_SEC = 30.0
 
 
 def register(sub: Any) -> None:
@@ -20,8 +36,8 @@ def register(sub: Any) -> None:
         "directory) and a local agent on this machine's hardware. State lives in "
         "GPUSHARE_DATA_DIR (default ./.gpushare).",
     )
-    parser.add_argument("--host", help="bind address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port (default 8080)")
+    parser.add_argument("--host", help="bind address (GPUSHARE_HOST, default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (GPUSHARE_PORT, default 8080)")
     parser.add_argument("--sandbox", choices=["auto", "docker", "bwrap", "process"], default="auto")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     parser.set_defaults(run=run)
@@ -33,102 +49,195 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    return asyncio.run(_serve(args))
+    if args.log_level != "debug":  # a line per heartbeat, lease and log chunk buries the banner
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    return asyncio.run(_up(args))
 
 
-async def _upload_examples(base_url: str, tenant_key: str) -> dict[str, str]:
-    """Upload the example model and inputs as the demo tenant; returns their URLs."""
+@dataclass
+class Example:
+    url: str
+    sha256: str
+
+
+async def _upload_examples(base_url: str, tenant_key: str) -> dict[str, Example]:
+    """Upload the example model and inputs as the demo tenant."""
     import httpx
 
     from gpu_share.examples import DIGITS_INPUTS, DIGITS_MODEL
 
-    urls = {}
+    examples = {}
     async with httpx.AsyncClient(base_url=base_url, trust_env=False) as http:
-        for name, kind, path in (
-            ("model", "model", DIGITS_MODEL),
-            ("inputs", "inputs", DIGITS_INPUTS),
-        ):
-            data = path.read_bytes()
+        for kind, path in (("model", DIGITS_MODEL), ("inputs", DIGITS_INPUTS)):
+            sha256 = sha256_file(path)
             response = await http.post(
                 "/v1/artifacts",
-                params={"kind": kind, "content_sha256": hashlib.sha256(data).hexdigest()},
-                content=data,
+                params={"kind": kind, "content_sha256": sha256},
+                content=path.read_bytes(),
                 headers={"Authorization": f"Bearer {tenant_key}"},
             )
             response.raise_for_status()
-            urls[name] = response.json()["url"]
-    return urls
+            examples[kind] = Example(response.json()["url"], sha256)
+    return examples
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-    from pydantic import SecretStr
-
-    from gpu_share.agent.settings import AgentSettings
-    from gpu_share.agent.worker import Agent
-    from gpu_share.coordinator import embedded
-    from gpu_share.coordinator.app import create_app
-    from gpu_share.coordinator.core.clock import SystemClock
+async def _up(args: argparse.Namespace) -> int:
     from gpu_share.coordinator.core.settings import Settings
-    from gpu_share.protocol.runtimes import RuntimeName
 
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     settings = Settings(**overrides)
-    clock = SystemClock()
-    creds = await embedded.prepare(settings, clock)
-    settings.admin_key = SecretStr(creds.admin_key)
-    base_url = settings.public_base_url or f"http://{settings.host}:{settings.port}"
-    app = create_app(settings, clock=clock)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level=args.log_level,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-    )
-    serving = asyncio.create_task(server.serve())
-    # uvicorn offers no startup event to wait on
-    while not server.started and not serving.done():  # noqa: ASYNC110
-        await asyncio.sleep(0.05)
-    if serving.done():
-        return 1
-
-    agent = await asyncio.to_thread(
-        Agent,
-        AgentSettings(
-            server=base_url,
-            token=SecretStr(creds.enrollment_token),
-            data_dir=Path(settings.data_dir) / "agent",
-            sandbox=args.sandbox,
-        ),
-    )
-    stop = asyncio.Event()
-    agent_task = asyncio.create_task(agent.run(stop, drain_timeout=5.0))
-    examples = await _upload_examples(base_url, creds.tenant_key)
-    runtime = (
-        RuntimeName.ONNX_CUDA if RuntimeName.ONNX_CUDA in agent.runtimes else RuntimeName.ONNX_CPU
-    )
-    print(_banner(base_url, creds, settings, examples, runtime, agent), flush=True)
     try:
-        await serving
-    finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(agent_task, 15)
-    return 0
+        sock = listen_on(settings.host, settings.port)
+    except CannotListen as exc:
+        print(f"gpu-share up: {exc}", file=sys.stderr)
+        return 2
+    stack = _Stack(args, settings, sock)
+    stopping = asyncio.Event()
+    code = 0
+    with on_stop_signals(stopping.set):
+        starting = asyncio.create_task(stack.start())
+        waiting = asyncio.create_task(stopping.wait())
+        try:
+            await asyncio.wait({starting, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            if starting.done():
+                banner = starting.result()
+                if banner is None:
+                    code = 1
+                else:
+                    print(banner, flush=True)
+                    code = await stack.until_stopped(stopping)
+        finally:
+            waiting.cancel()
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            left_running = await stack.stop()
+    if left_running:
+        print(f"stopped; {left_running} running job(s) will be requeued after the next start")
+    else:
+        print("stopped")
+    return code
+
+
+class _Stack:
+    """The coordinator and the local agent, started and stopped in order."""
+
+    def __init__(self, args: argparse.Namespace, settings: Any, sock: socket.socket) -> None:
+        self.args = args
+        self.settings = settings
+        self.sock = sock
+        self.base_url = settings.public_base_url or f"http://{settings.host}:{settings.port}"
+        self.server: CoordinatorServer | None = None
+        self.agent: Any = None
+        self.agent_task: asyncio.Task[None] | None = None
+        self.agent_stop = asyncio.Event()
+
+    async def start(self) -> str | None:
+        """Start both; the banner to print, or None when something failed (and said why)."""
+        from pydantic import SecretStr
+
+        from gpu_share.agent.sandbox import SandboxUnavailable
+        from gpu_share.agent.settings import AgentSettings
+        from gpu_share.agent.worker import Agent
+        from gpu_share.coordinator import embedded
+        from gpu_share.coordinator.app import create_app
+        from gpu_share.coordinator.core.clock import SystemClock
+
+        settings = self.settings
+        clock = SystemClock()
+        creds = await embedded.prepare(settings, clock)
+        settings.admin_key = SecretStr(creds.admin_key)
+        self.server = CoordinatorServer(
+            create_app(settings, clock=clock),
+            self.sock,
+            log_level="debug" if self.args.log_level == "debug" else "warning",
+            graceful_sec=GRACEFUL_SEC,
+        )
+        if not await self.server.start():
+            return None
+        try:
+            agent = await asyncio.to_thread(
+                Agent,
+                AgentSettings(
+                    server=self.base_url,
+                    token=SecretStr(creds.enrollment_token),
+                    data_dir=Path(settings.data_dir) / "agent",
+                    sandbox=self.args.sandbox,
+                ),
+            )
+        except SandboxUnavailable as exc:
+            print(f"gpu-share up: {exc}", file=sys.stderr)
+            return None
+        self.agent = agent
+        self.agent_task = asyncio.create_task(agent.run(self.agent_stop, drain_timeout=0))
+        if not await self._agent_ready():
+            return None
+        examples = await _upload_examples(self.base_url, creds.tenant_key)
+        return _banner(self.base_url, creds, settings, examples, agent)
+
+    async def _agent_ready(self) -> bool:
+        """Registered and its session channel connected, so its log lines precede the banner."""
+        assert self.agent_task is not None
+        online = asyncio.create_task(self.agent.online.wait())
+        await asyncio.wait({online, self.agent_task}, return_when=asyncio.FIRST_COMPLETED)
+        online.cancel()
+        if self.agent_task.done():
+            return False  # `stop()` says why
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.agent.session_host.connected.wait(), AGENT_READY_SEC)
+        return True
+
+    async def until_stopped(self, stopping: asyncio.Event) -> int:
+        """Serve until Ctrl+C (0), or until the server or the agent ends by itself (1)."""
+        assert self.server is not None and self.server.serving is not None
+        assert self.agent_task is not None
+        waiting = asyncio.create_task(stopping.wait())
+        await asyncio.wait(
+            {waiting, self.server.serving, self.agent_task}, return_when=asyncio.FIRST_COMPLETED
+        )
+        waiting.cancel()
+        return 0 if stopping.is_set() else 1
+
+    async def stop(self) -> int:
+        """The agent, then the server; returns how many jobs the agent left running."""
+        if self.agent_task is not None:
+            self.agent_stop.set()
+            await asyncio.wait({self.agent_task})
+            self._report_agent_end()
+        if self.server is not None:
+            await self.server.stop()
+        else:
+            self.sock.close()
+        return self.agent.left_running if self.agent is not None else 0
+
+    def _report_agent_end(self) -> None:
+        assert self.agent_task is not None
+        if self.agent_task.cancelled() or self.agent_task.exception() is None:
+            return
+        exc = self.agent_task.exception()
+        from gpu_share.agent.worker import AgentStartError
+
+        if isinstance(exc, AgentStartError):
+            print(f"gpu-share up: the local agent cannot start: {exc}", file=sys.stderr)
+        else:
+            log.error("the local agent stopped", exc_info=exc)
 
 
 def _banner(
-    base_url: str, creds: Any, settings: Any, examples: dict[str, str], runtime: Any, agent: Any
+    base_url: str, creds: Any, settings: Any, examples: dict[str, Example], agent: Any
 ) -> str:
+    from gpu_share.protocol.runtimes import RuntimeName
+
+    runtime = (
+        RuntimeName.ONNX_CUDA if RuntimeName.ONNX_CUDA in agent.runtimes else RuntimeName.ONNX_CPU
+    )
     body = json.dumps(
         {
             "runtime": runtime.value,
-            "model_url": examples["model"],
-            "inputs_url": examples["inputs"],
+            "model_url": examples["model"].url,
+            "model_checksum_sha256": examples["model"].sha256,
+            "inputs_url": examples["inputs"].url,
+            "inputs_checksum_sha256": examples["inputs"].sha256,
             "timeout_sec": 60,
         }
     )

@@ -20,6 +20,7 @@ from gpu_share._version import API_VERSION
 from gpu_share.coordinator import migrate
 from gpu_share.coordinator.api import (
     admin,
+    admin_providers,
     agent,
     agent_sessions,
     applications,
@@ -28,6 +29,8 @@ from gpu_share.coordinator.api import (
     health,
     invokes,
     nodes,
+    provider,
+    provider_applications,
     sessions,
 )
 from gpu_share.coordinator.api.limits import RequestLimitMiddleware, limits_of
@@ -38,8 +41,9 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import load_signer
 from gpu_share.coordinator.loops import (
     artifact_sweep,
+    housekeeping,
     lease_expiry,
-    rate_limit_sweep,
+    mail_delivery,
     session_upkeep,
 )
 from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
@@ -161,11 +165,12 @@ def default_jobs(settings: Settings) -> list[PeriodicJob]:
             start_after_sec=settings.lease_ttl_sec,
         ),
         PeriodicJob("session-upkeep", settings.session_sweep_interval_sec, session_upkeep.run_once),
-        PeriodicJob("rate-limit-sweep", RATE_LIMIT_SWEEP_SEC, rate_limit_sweep.run_once),
+        PeriodicJob("housekeeping", HOUSEKEEPING_SEC, housekeeping.run_once),
+        PeriodicJob("mail-delivery", settings.mail_interval_sec, mail_delivery.run_once),
     ]
 
 
-RATE_LIMIT_SWEEP_SEC = 600.0
+HOUSEKEEPING_SEC = 300.0
 
 
 def create_app(
@@ -234,6 +239,9 @@ def create_app(
         agent,
         agent_sessions,
         admin,
+        admin_providers,
+        provider_applications,
+        provider,
     ):
         app.include_router(module.router)
     return app

@@ -64,6 +64,10 @@ class Telemetry(BaseModel):
     gpus: list[GpuTelemetry] = Field(default_factory=list, max_length=MAX_GPUS)
 
 
+class TelemetrySample(Telemetry):
+    at: datetime
+
+
 class NodeGpu(BaseModel):
     model: str
     vram_mb: int

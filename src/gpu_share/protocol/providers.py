@@ -5,7 +5,15 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from gpu_share.protocol.common import Email
-from gpu_share.protocol.nodes import Tier
+from gpu_share.protocol.nodes import (
+    GpuInfo,
+    NodeStatus,
+    SandboxKind,
+    Telemetry,
+    TelemetrySample,
+    Tier,
+)
+from gpu_share.protocol.runtimes import RuntimeName
 
 
 class ProviderCreate(BaseModel):
@@ -25,3 +33,27 @@ class Provider(BaseModel):
 class ProviderWithCredentials(Provider):
     api_key: str = Field(description="gpu_pk_…; shown once")
     enrollment_token: str = Field(description="gpu_et_…; give it to `gpu-share agent --token`")
+
+
+class ProviderNode(BaseModel):
+    """One of the provider's machines, as their dashboard shows it."""
+
+    id: str
+    hostname: str
+    status: NodeStatus
+    gpus: list[GpuInfo]
+    runtimes: list[RuntimeName]
+    sandbox: SandboxKind
+    region: str | None
+    tier: Tier
+    cpu_count: int
+    ram_mb: int
+    agent_version: str
+    running_jobs: int
+    max_concurrent_jobs: int
+    registered_at: datetime
+    last_seen_at: datetime | None
+    telemetry: Telemetry | None = Field(description="As of the last heartbeat")
+    recent: list[TelemetrySample] = Field(
+        default_factory=list, description="Heartbeats of the last minutes, oldest first"
+    )

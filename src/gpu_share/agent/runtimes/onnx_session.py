@@ -10,7 +10,10 @@ reported in `out/result.json`, like a one-shot job.
 """
 
 import asyncio
+import contextlib
 import json
+import os
+import socket
 import struct
 import sys
 from collections.abc import Sequence
@@ -44,6 +47,29 @@ from gpu_share.protocol.sessions import ForwardHeader, SessionError, pack, unpac
 
 SOCKET_NAME = "session.sock"
 MAX_FRAME = 1 << 30
+
+
+def listen_unix(path: str) -> socket.socket:
+    """A listening unix socket at `path` that appears there only once it accepts connections.
+
+    Binding creates the file and listening comes after: the agent, which connects as soon
+    as it sees the file, would be refused in between. So bind and listen under another
+    name, then rename, which is atomic.
+    """
+    pending = f"{path}.{os.getpid()}.pending"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(pending)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(pending)
+        sock.listen()
+        os.replace(pending, path)
+    except BaseException:
+        sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(pending)
+        raise
+    return sock
 
 
 def describe(nodes: Sequence[Any]) -> list[dict[str, Any]]:
@@ -161,7 +187,7 @@ async def serve(server: ModelServer) -> None:
             writer.close()
             done.set()  # one agent connection per session: when it goes, so do we
 
-    unix = await asyncio.start_unix_server(connection, path=SOCKET_NAME)
+    unix = await asyncio.start_unix_server(connection, sock=listen_unix(SOCKET_NAME))
     log(f"serving on {SOCKET_NAME}")
     async with unix:
         await done.wait()

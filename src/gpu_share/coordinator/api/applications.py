@@ -21,11 +21,7 @@ async def submit_tenant_application(
 ) -> wire.TenantApplication:
     """Apply for tenant access; an admin reviews it and, on approval, issues your key."""
     now = replica.clock.now()
-    async with replica.db.write() as session:  # counted even when refused
-        hits = await rate_limits.hit(
-            session, rate_limits.applications(replica.settings), client_address(request), now
-        )
-    if hits > replica.settings.rate_limit_applications:
-        raise rate_limits.applications(replica.settings).refusal(now)
+    limit = rate_limits.applications(replica.settings)
+    await rate_limits.admit(replica.db, limit, client_address(request), now)
     async with replica.db.write() as session:
         return await accounts.submit_tenant_application(session, body, now)

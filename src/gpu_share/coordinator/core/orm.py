@@ -21,6 +21,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -143,6 +144,10 @@ class ProviderRow(Base):
     email: Mapped[str] = mapped_column(String(254))
     tier: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime]
+    # An approved applicant's one-time link to their key and enrollment token.
+    claim_token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    claim_expires_at: Mapped[datetime | None]
+    claimed_at: Mapped[datetime | None]
 
 
 class EnrollmentTokenRow(Base):
@@ -283,3 +288,72 @@ class RateLimitRow(Base):
     key: Mapped[str] = mapped_column(String(200), primary_key=True)  # limit name and client
     window_start: Mapped[datetime] = mapped_column(primary_key=True, index=True)
     hits: Mapped[int] = mapped_column(Integer)
+
+
+OPEN_APPLICATION = "status IN ('pending', 'info_requested')"
+
+
+class ProviderApplicationRow(Base):
+    """A would-be provider's application (SPEC §3.1); its status link is sealed, not stored."""
+
+    __tablename__ = "provider_applications"
+    __table_args__ = (
+        # one open application per email, whichever replica takes the second
+        Index(
+            "uq_provider_applications_open_email",
+            "email",
+            unique=True,
+            postgresql_where=text(OPEN_APPLICATION),
+            sqlite_where=text(OPEN_APPLICATION),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    full_name: Mapped[str] = mapped_column(String(200))
+    email: Mapped[str] = mapped_column(String(254))
+    company: Mapped[str | None] = mapped_column(String(200))
+    gpus: Mapped[list[Any]]
+    ups: Mapped[bool] = mapped_column(Boolean)
+    commitment_months: Mapped[int] = mapped_column(Integer)
+    maintenance_notes: Mapped[str | None] = mapped_column(Text)
+    tier: Mapped[str | None] = mapped_column(String(16))
+    message: Mapped[str | None] = mapped_column(Text)
+    provider_id: Mapped[str | None] = mapped_column(ForeignKey("providers.id"))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    decided_at: Mapped[datetime | None]
+
+
+class OutboxMailRow(Base):
+    """A mail to send, written in the transaction of what caused it; sent by a loop."""
+
+    __tablename__ = "outbox_mails"
+    __table_args__ = (Index(None, "sent_at", "next_attempt_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    cause: Mapped[str] = mapped_column(String(120), unique=True)  # never the same mail twice
+    to_address: Mapped[str] = mapped_column(String(254))
+    subject: Mapped[str] = mapped_column(String(300))
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime]
+    claimed_until: Mapped[datetime | None]
+    claim_token: Mapped[str | None] = mapped_column(String(32))
+    sent_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class TelemetrySampleRow(Base):
+    """A node's telemetry as one heartbeat reported it; kept for an hour, for live charts."""
+
+    __tablename__ = "telemetry_samples"
+    __table_args__ = (Index(None, "node_id", "at"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(index=True)
+    telemetry: Mapped[dict[str, Any]]

@@ -17,6 +17,12 @@ class ChecksumMode(StrEnum):
     ENFORCE = "enforce"
 
 
+class SmtpSecurity(StrEnum):
+    STARTTLS = "starttls"
+    TLS = "tls"
+    NONE = "none"  # only for a relay on the same host or a test server
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUSHARE_", extra="ignore")
 
@@ -81,6 +87,17 @@ class Settings(BaseSettings):
     rate_limit_failed_keys: int = Field(
         default=30, ge=1, description="Failed key lookups per client address per minute"
     )
+
+    smtp_host: str = Field(
+        default="",
+        description="Where mail is sent; empty: mail stays in the outbox (admins read it)",
+    )
+    smtp_port: int = Field(default=587, ge=1, le=65535)
+    smtp_username: str = ""
+    smtp_password: SecretStr | None = None
+    smtp_security: SmtpSecurity = SmtpSecurity.STARTTLS
+    mail_from: str = Field(default="GPU Share <no-reply@localhost>", max_length=254)
+    mail_interval_sec: float = Field(default=5.0, gt=0)
 
     sqlite_busy_timeout_ms: int = Field(default=10_000, ge=0)
     run_background_loops: bool = True

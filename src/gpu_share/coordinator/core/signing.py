@@ -1,7 +1,11 @@
-"""Short-lived signed download links, so an agent can fetch a tenant's artifact.
+"""Tokens the coordinator signs and checks without storing them.
 
-A token names one artifact and an expiry and is signed with HMAC-SHA256 under a
-key every replica shares (kept in `server_secrets`). It grants nothing else.
+- Download links: a token names one artifact and an expiry, so an agent can fetch a
+  tenant's artifact for a job; it grants nothing else.
+- Sealed values (`seal`/`unseal`): a subject and a purpose, signed together, such as
+  an applicant's status link or a browser session.
+
+Both are HMAC-SHA256 under a key every replica shares (kept in `server_secrets`).
 """
 
 import base64
@@ -31,6 +35,19 @@ class UrlSigner:
 
     def _mac(self, message: str) -> str:
         return _b64(hmac.new(self._key, message.encode(), hashlib.sha256).digest()[:20])
+
+    def seal(self, purpose: str, subject: str) -> str:
+        """`subject` with a signature that holds only for `purpose`."""
+        return f"{subject}.{self._mac(f'{purpose}:{subject}')}"
+
+    def unseal(self, purpose: str, token: str) -> str | None:
+        """The subject of a token sealed for `purpose`; None for anything else."""
+        subject, _, mac = token.rpartition(".")
+        if not subject or not mac:
+            return None
+        if not hmac.compare_digest(mac, self._mac(f"{purpose}:{subject}")):
+            return None
+        return subject
 
     def sign(self, artifact_id: str, expires_at: datetime) -> str:
         expiry = int(expires_at.timestamp())

@@ -221,6 +221,7 @@ async def heartbeat(
         raise NotFound(f"node {node_id} does not exist")
     node.last_seen_at = now
     node.telemetry = beat.telemetry.model_dump()
+    nodes.record_telemetry(session, node_id, beat.telemetry, now)
     expires = now + timedelta(seconds=settings.lease_ttl_sec)
     ids = [running.invoke_id for running in beat.running]
     rows = (

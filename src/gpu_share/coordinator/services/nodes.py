@@ -2,12 +2,12 @@
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.errors import NotFound
 from gpu_share.coordinator.core.ids import new_id
-from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow
+from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, TelemetrySampleRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.accounts import issue_key
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES
@@ -15,13 +15,17 @@ from gpu_share.coordinator.services.placement import MICRO, Requirements, node_s
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.accounts import Role
 from gpu_share.protocol.nodes import (
+    GpuInfo,
     Node,
     NodeGpu,
     NodeStatus,
     RuntimeAvailability,
     SandboxKind,
+    Telemetry,
+    TelemetrySample,
     Tier,
 )
+from gpu_share.protocol.providers import ProviderNode
 from gpu_share.protocol.runtimes import RuntimeName
 
 
@@ -90,6 +94,12 @@ async def running_on(session: AsyncSession, node_id: str) -> int:
     return int(count or 0)
 
 
+def _runtimes(row: NodeRow) -> list[RuntimeName]:
+    """What the node advertises, leaving out names this coordinator does not know."""
+    known = {runtime.value for runtime in RuntimeName}
+    return [RuntimeName(r) for r in row.runtimes if r in known]
+
+
 def _price(micro: int | None) -> str | None:
     if micro is None:
         return None
@@ -111,7 +121,7 @@ def to_wire(row: NodeRow, status: NodeStatus, running: int) -> Node:
             )
             for g in row.gpus
         ],
-        runtimes=[RuntimeName(r) for r in row.runtimes if r in RuntimeName.__members__.values()],
+        runtimes=_runtimes(row),
         region=row.region,
         tier=Tier(row.tier),
         cpu_count=row.cpu_count,
@@ -174,3 +184,77 @@ async def any_node_serves(
     session: AsyncSession, req: Requirements, now: datetime, settings: Settings
 ) -> bool:
     return any(serves(node, req) for node in await live_nodes(session, now, settings))
+
+
+TELEMETRY_KEPT = timedelta(hours=1)
+
+
+def record_telemetry(
+    session: AsyncSession, node_id: str, telemetry: Telemetry, now: datetime
+) -> None:
+    session.add(TelemetrySampleRow(node_id=node_id, at=now, telemetry=telemetry.model_dump()))
+
+
+async def recent_telemetry(
+    session: AsyncSession, node_ids: list[str], since: datetime
+) -> dict[str, list[TelemetrySample]]:
+    rows = await session.execute(
+        select(TelemetrySampleRow.node_id, TelemetrySampleRow.at, TelemetrySampleRow.telemetry)
+        .where(TelemetrySampleRow.node_id.in_(node_ids), TelemetrySampleRow.at >= since)
+        .order_by(TelemetrySampleRow.at)
+    )
+    samples: dict[str, list[TelemetrySample]] = {node_id: [] for node_id in node_ids}
+    for node_id, at, data in rows.all():
+        samples[node_id].append(
+            TelemetrySample(at=at, **Telemetry.model_validate(data).model_dump())
+        )
+    return samples
+
+
+async def prune_telemetry(session: AsyncSession, now: datetime) -> None:
+    await session.execute(
+        delete(TelemetrySampleRow).where(TelemetrySampleRow.at < now - TELEMETRY_KEPT)
+    )
+
+
+async def of_provider(
+    session: AsyncSession,
+    provider_id: str,
+    now: datetime,
+    settings: Settings,
+    *,
+    history: timedelta = timedelta(0),
+) -> list[ProviderNode]:
+    rows = (
+        await session.scalars(
+            select(NodeRow).where(NodeRow.provider_id == provider_id).order_by(NodeRow.id)
+        )
+    ).all()
+    running = await _running_counts(session)
+    recent = (
+        await recent_telemetry(session, [row.id for row in rows], now - history)
+        if history > timedelta(0) and rows
+        else {}
+    )
+    return [
+        ProviderNode(
+            id=row.id,
+            hostname=row.hostname,
+            status=node_status(row, now, running.get(row.id, 0), settings.node_offline_after_sec),
+            gpus=[GpuInfo.model_validate(gpu) for gpu in row.gpus],
+            runtimes=_runtimes(row),
+            sandbox=SandboxKind(row.sandbox),
+            region=row.region,
+            tier=Tier(row.tier),
+            cpu_count=row.cpu_count,
+            ram_mb=row.ram_mb,
+            agent_version=row.agent_version,
+            running_jobs=running.get(row.id, 0),
+            max_concurrent_jobs=row.max_concurrent_jobs,
+            registered_at=row.registered_at,
+            last_seen_at=row.last_seen_at,
+            telemetry=Telemetry.model_validate(row.telemetry) if row.telemetry else None,
+            recent=recent.get(row.id, []),
+        )
+        for row in rows
+    ]

@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import keys
-from gpu_share.coordinator.core.errors import Unauthorized
+from gpu_share.coordinator.core.errors import NotFound, Unauthorized
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import EnrollmentTokenRow, ProviderRow
 from gpu_share.coordinator.services.accounts import issue_key
@@ -50,6 +50,13 @@ async def issue_enrollment_token(session: AsyncSession, provider_id: str, now: d
     )
     await session.flush()
     return token
+
+
+async def get(session: AsyncSession, provider_id: str) -> Provider:
+    row = await session.get(ProviderRow, provider_id)
+    if row is None:
+        raise NotFound(f"provider {provider_id} does not exist")
+    return to_wire(row)
 
 
 async def list_providers(session: AsyncSession) -> list[Provider]:

@@ -12,6 +12,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.errors import RateLimited
 from gpu_share.coordinator.core.orm import RateLimitRow
 from gpu_share.coordinator.core.settings import Settings
@@ -72,6 +73,14 @@ async def hit(session: AsyncSession, limit: Limit, client: str, now: datetime) -
     )
     hits = await session.scalar(statement)
     return int(hits or 0)
+
+
+async def admit(db: Database, limit: Limit, client: str, now: datetime) -> None:
+    """Count this attempt in its own transaction (so a refusal counts too), or refuse it."""
+    async with db.write() as session:
+        hits = await hit(session, limit, client, now)
+    if hits > limit.max_hits:
+        raise limit.refusal(now)
 
 
 async def check(session: AsyncSession, limit: Limit, client: str, now: datetime) -> None:
