@@ -1,10 +1,10 @@
 """DESIGN.md boundaries, checked on the source: one layer per folder, no import upward.
 
-coordinator:  core  ←  storage  ←  replica  ←  services  ←  loops | api | web  ←  app
-everywhere:   protocol and netguard know nothing of the parts that use them;
-              the agent never imports the coordinator; the SDK imports no server code;
-              services never import FastAPI; the CLI imports servers only lazily,
-              inside the commands that run them.
+    coordinator:  core  ←  storage  ←  replica  ←  services  ←  loops | api  ←  web  ←  app
+    everywhere:   protocol and netguard know nothing of the parts that use them;
+                  the agent never imports the coordinator; the SDK imports no server code;
+                  services never import FastAPI; the CLI imports servers only lazily,
+                  inside the commands that run them.
 """
 
 import ast
@@ -28,9 +28,9 @@ COORDINATOR_RANKS = {
     "services": 3,
     "loops": 4,
     "api": 4,
-    "web": 4,
+    "web": 5,  # pages use the API's dependencies (auth, the replica)
 }
-WIRING_RANK = 5  # app.py, embedded.py, migrate.py at the coordinator's root
+WIRING_RANK = 6  # app.py, embedded.py, migrate.py at the coordinator's root
 SERVER_PACKAGES = ("gpu_share.coordinator", "gpu_share.agent", "gpu_share.testing")
 WEB_FRAMEWORKS = ("fastapi", "starlette", "uvicorn")
 

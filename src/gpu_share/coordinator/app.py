@@ -11,7 +11,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -53,7 +52,7 @@ from gpu_share.coordinator.replica.session_hub import SessionHub
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.accounts import ensure_admin_key
 from gpu_share.coordinator.storage import ArtifactStore, LocalArtifactStore
-from gpu_share.coordinator.web import STATIC_DIR
+from gpu_share.coordinator.web import site
 from gpu_share.netguard import SafeFetcher, UrlPolicy
 from gpu_share.protocol.errors import ErrorCode
 
@@ -227,7 +226,7 @@ def create_app(
     )
     _install_error_handlers(app)
     app.add_middleware(RequestLimitMiddleware, limits=limits_of(settings))
-    app.mount(docs.STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static")
+    site.install(app)
     docs.install(app)
     for module in (
         health,

@@ -50,12 +50,16 @@ def bearer_key(connection: HTTPConnection) -> str:
 
 
 async def principal_of_connection(connection: HTTPConnection, replica: Replica) -> Principal:
-    """The caller; a client that failed too many lookups lately is refused (429) unheard."""
-    key = bearer_key(connection)
+    return await principal_for_key(replica, bearer_key(connection), client_address(connection))
+
+
+async def principal_for_key(replica: Replica, key: str, client: str) -> Principal:
+    """The key's principal; a client that failed too many lookups lately is refused (429)
+    unheard, so keys cannot be guessed at speed. Used by the API and the sign-in page."""
     key_hash = hash_key(key)
     if (cached := replica.key_cache.get(key_hash)) is not None:
         return cached
-    client, now = client_address(connection), replica.clock.now()
+    now = replica.clock.now()
     limit = rate_limits.failed_keys(replica.settings)
     try:
         async with replica.db.read() as session:

@@ -30,6 +30,14 @@ async def authenticate(session: AsyncSession, key: str) -> Principal:
     return principal
 
 
+async def principal_by_key_id(session: AsyncSession, key_id: str) -> Principal | None:
+    """The principal of a key known by id (a browser session names its key by id)."""
+    row = await session.get(ApiKeyRow, key_id)
+    if row is None or row.revoked_at is not None:
+        return None
+    return principal_of(row)
+
+
 def principal_of(row: ApiKeyRow) -> Principal | None:
     """The key's typed principal; None for a row missing the owner its role needs."""
     match wire.Role(row.role):
@@ -150,21 +158,31 @@ async def issue_tenant_key(session: AsyncSession, tenant_id: str, now: datetime)
     return wire.IssuedKey(**key_info(row).model_dump(), api_key=secret)
 
 
-async def list_keys(session: AsyncSession, role: wire.Role | None) -> list[wire.KeyInfo]:
+async def list_keys(
+    session: AsyncSession, role: wire.Role | None, *, tenant_id: str | None = None
+) -> list[wire.KeyInfo]:
     query = select(ApiKeyRow).order_by(ApiKeyRow.id)
     if role is not None:
         query = query.where(ApiKeyRow.role == role.value)
+    if tenant_id is not None:
+        query = query.where(ApiKeyRow.tenant_id == tenant_id)
     return [key_info(row) for row in (await session.scalars(query)).all()]
 
 
 async def revoke_key(
-    session: AsyncSession, key_id: str, now: datetime, *, caller_key_id: str
+    session: AsyncSession,
+    key_id: str,
+    now: datetime,
+    *,
+    caller_key_id: str,
+    tenant_id: str | None = None,
 ) -> wire.KeyInfo:
+    """Revoke a key; with `tenant_id`, only one of that tenant's own keys."""
     row = await session.get(ApiKeyRow, key_id)
-    if row is None:
+    if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
         raise NotFound(f"key {key_id} does not exist")
     if row.id == caller_key_id:
-        raise Conflict("an admin cannot revoke the key it is calling with; use another admin key")
+        raise Conflict("a key cannot revoke itself; sign in with another key to revoke this one")
     if row.revoked_at is None:
         row.revoked_at = now
     return key_info(row)

@@ -2,4 +2,6 @@
 
 from pathlib import Path
 
-STATIC_DIR = Path(__file__).parent / "static"
+HERE = Path(__file__).parent
+STATIC_DIR = HERE / "static"
+TEMPLATE_DIR = HERE / "templates"

@@ -1,0 +1,194 @@
+"""What every page shares: who the browser is, its CSRF token, and rendering.
+
+Routes take a `Browser` (the visitor, signed in or not) or one of the `Signed…`
+dependencies, which send a visitor who is not signed in to /signin and answer a
+signed-in user of another role with 403. Forms are read with `form_of`, which
+refuses a missing or wrong CSRF token with 403 before anything else happens.
+"""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, TypeVar
+from urllib.parse import quote, unquote
+
+from fastapi import Depends, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.datastructures import FormData
+
+from gpu_share.coordinator.api.deps import ReplicaDep
+from gpu_share.coordinator.core.principals import (
+    AdminCaller,
+    Principal,
+    ProviderCaller,
+    TenantCaller,
+)
+from gpu_share.coordinator.replica.state import Replica
+from gpu_share.coordinator.services import accounts, gpu_catalog
+from gpu_share.coordinator.web import TEMPLATE_DIR, session
+from gpu_share.coordinator.web.application_form import entry_indices
+from gpu_share.coordinator.web.formatting import FILTERS
+
+P = TypeVar("P", bound=Principal)
+R = TypeVar("R", bound=Response)
+
+ENV = Environment(
+    loader=FileSystemLoader(TEMPLATE_DIR),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+ENV.filters.update(FILTERS)
+ENV.filters["gpu_indices"] = entry_indices
+ENV.filters["gpu_name"] = gpu_catalog.display_name
+
+FLASH_COOKIE = "gs_flash"
+ROLE_HOME = {
+    TenantCaller: "/console",
+    ProviderCaller: "/provider",
+    AdminCaller: "/admin",
+}
+
+
+class SignInRequired(Exception):
+    def __init__(self, next_url: str) -> None:
+        super().__init__(next_url)
+        self.next_url = next_url
+
+
+class PageForbidden(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass
+class Browser:
+    """The visitor of this request, and what its response must set."""
+
+    replica: Replica
+    request: Request
+    principal: Principal | None
+    identity: str  # what the CSRF token is sealed for: the session, else an anonymous id
+    set_anonymous: str | None = None
+    drop_session: bool = False
+    flash: str | None = None
+
+    @property
+    def csrf(self) -> str:
+        return session.csrf_token(self.replica.signer, self.identity)
+
+    @property
+    def home(self) -> str:
+        return ROLE_HOME.get(type(self.principal), "/") if self.principal else "/"
+
+    def now(self) -> datetime:
+        return self.replica.clock.now()
+
+    def render(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = ENV.get_template(template).render(
+            browser=self,
+            principal=self.principal,
+            role=self.principal.role.value if self.principal else None,
+            csrf=self.csrf,
+            flash=self.flash,
+            path=self.request.url.path,
+            now=self.now(),
+            **context,
+        )
+        return self.finish(HTMLResponse(html, status_code=status))
+
+    def redirect(self, url: str, flash: str | None = None) -> Response:
+        response: Response = self.finish(RedirectResponse(url, status_code=303))
+        if flash:
+            response.set_cookie(FLASH_COOKIE, quote(flash), max_age=60, httponly=True, path="/")
+        return response
+
+    def finish(self, response: R) -> R:
+        if self.set_anonymous:
+            session.ensure_anonymous(response, self.request, self.set_anonymous)
+        if self.drop_session:
+            session.end(response)
+        if self.flash is not None:
+            response.delete_cookie(FLASH_COOKIE, path="/")
+        return response
+
+
+async def _principal(replica: Replica, key_id: str) -> Principal | None:
+    cache_key = f"session:{key_id}"
+    if (cached := replica.key_cache.get(cache_key)) is not None:
+        return cached
+    async with replica.db.read() as db_session:
+        principal = await accounts.principal_by_key_id(db_session, key_id)
+    if principal is not None:
+        replica.key_cache.put(cache_key, principal)
+    return principal
+
+
+async def browser_of(request: Request, replica: ReplicaDep) -> Browser:
+    now = replica.clock.now()
+    cookie = session.read(request, replica.signer, now)
+    principal = await _principal(replica, cookie.key_id) if cookie else None
+    drop = session.SESSION_COOKIE in request.cookies and principal is None
+    anon = session.anonymous_id(request)
+    if principal is not None and cookie is not None:
+        identity = f"session:{cookie.key_id}:{int(cookie.expires_at.timestamp())}"
+        set_anon = None
+    else:
+        set_anon = None if anon else session.new_anonymous_id()
+        identity = f"anon:{anon or set_anon}"
+    flash = request.cookies.get(FLASH_COOKIE)
+    return Browser(
+        replica=replica,
+        request=request,
+        principal=principal,
+        identity=identity,
+        set_anonymous=set_anon,
+        drop_session=drop,
+        flash=_unquote(flash) if flash else None,
+    )
+
+
+def _unquote(text: str) -> str:
+    return unquote(text)[:300]
+
+
+BrowserDep = Annotated[Browser, Depends(browser_of)]
+
+
+def signed_in(kind: type[P]) -> Callable[..., Awaitable[tuple[Browser, P]]]:
+    async def dependency(browser: BrowserDep) -> tuple[Browser, P]:
+        if browser.principal is None:
+            raise SignInRequired(str(browser.request.url.path))
+        if not isinstance(browser.principal, kind):
+            raise PageForbidden(
+                f"this page is for {kind.role.value}s; you are signed in as a "
+                f"{browser.principal.role.value}"
+            )
+        return browser, browser.principal
+
+    return dependency
+
+
+SignedTenant = Annotated[tuple[Browser, TenantCaller], Depends(signed_in(TenantCaller))]
+SignedProvider = Annotated[tuple[Browser, ProviderCaller], Depends(signed_in(ProviderCaller))]
+SignedAdmin = Annotated[tuple[Browser, AdminCaller], Depends(signed_in(AdminCaller))]
+
+
+async def form_of(browser: Browser) -> FormData:
+    """The posted form, once its CSRF token is checked (403 otherwise)."""
+    form = await browser.request.form()
+    token = form.get("csrf")
+    if not isinstance(token, str) or not session.csrf_ok(
+        browser.replica.signer, browser.identity, token
+    ):
+        raise PageForbidden(
+            "this form was not sent from this site, or it expired; reload the page and try again"
+        )
+    return form
+
+
+def text(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
