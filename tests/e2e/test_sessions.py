@@ -11,7 +11,7 @@ import pytest
 
 from gpu_share.examples import DIGITS_EXPECTED_LABELS, DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.testing.factories import create_tenant
-from gpu_share.testing.live import Live
+from gpu_share.testing.live import AGENT_START_TIMEOUT_SEC, Live
 
 pytestmark = pytest.mark.slow
 
@@ -33,18 +33,18 @@ ROWS = np.load(DIGITS_INPUTS)["input"]
 async def open_session(live: Live, **body: Any) -> dict[str, Any]:
     model_url = await live.upload(DIGITS_MODEL.read_bytes(), "model")
     payload = {"runtime": "onnx_cpu", "model_url": model_url, **body}
-    for _ in range(100):  # until the agent's session channel is up
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + AGENT_START_TIMEOUT_SEC
+    while True:  # until the agent's session channel is up
         response = await live.http.post(
             "/v1/gpu/sessions", json=payload, headers=live.tenant_headers
         )
-        if response.status_code != 503:
+        if response.status_code != 503 or loop.time() > deadline:
             break
         await asyncio.sleep(0.1)
     assert response.status_code == 201, response.text
     session: dict[str, Any] = response.json()
-    for _ in range(200):
-        if session["status"] != "starting":
-            break
+    while session["status"] == "starting" and loop.time() < deadline + 30:
         await asyncio.sleep(0.05)
         session = (
             await live.http.get(f"/v1/gpu/sessions/{session['id']}", headers=live.tenant_headers)

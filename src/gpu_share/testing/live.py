@@ -12,6 +12,9 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.testing.factories import create_provider, create_tenant
 from gpu_share.testing.processes import AgentProcess
 
+# A loaded machine can take this long to start an agent process (Python, imports, NVML).
+AGENT_START_TIMEOUT_SEC = 60.0
+
 
 class Live:
     """A coordinator served on loopback, an admin client, a tenant and agent processes."""
@@ -49,11 +52,13 @@ class Live:
 
     async def invoke(self, **body: Any) -> str:
         payload = {"runtime": "onnx_cpu", "inputs_url": "", "timeout_sec": 120, **body}
-        for _ in range(100):  # until an agent has registered
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + AGENT_START_TIMEOUT_SEC
+        while True:  # until an agent has registered
             response = await self.http.post(
                 "/v1/gpu/invoke", json=payload, headers=self.tenant_headers
             )
-            if response.status_code != 503:
+            if response.status_code != 503 or loop.time() > deadline:
                 break
             await asyncio.sleep(0.1)
         assert response.status_code == 202, response.text

@@ -33,6 +33,7 @@ STREAMING = [
 ]
 RESULT_REPORT = re.compile(r"^/v1/agent/invokes/[^/]+/result$")
 NUL_ESCAPE = b"\\u0000"
+DRAIN_AT_MOST = 8 * MiB  # read and drop this much of a refused body, so its sender hears why
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,10 @@ class RequestLimitMiddleware:
             return
         declared = _content_length(headers)
         if declared is not None and declared > limit:
+            # Read (and drop) a modest excess so the client hears the answer; a huge one
+            # is answered at once and the connection closed under it.
+            if declared <= DRAIN_AT_MOST:
+                await _drain(receive, DRAIN_AT_MOST)
             await _refuse(scope, send, 413, ErrorCode.PAYLOAD_TOO_LARGE, _too_large(limit))
             return
         await self.app(scope, _bounded(receive, limit), send)
@@ -108,6 +113,8 @@ def _bounded(receive: Receive, limit: int) -> Callable[[], Awaitable[Message]]:
             chunk: bytes = message.get("body", b"")
             seen += len(chunk)
             if seen > limit:
+                if message.get("more_body", False):
+                    await _drain(receive, DRAIN_AT_MOST - seen)
                 raise HTTPException(413, _too_large(limit))
             if NUL_ESCAPE in tail + chunk:
                 raise HTTPException(422, "JSON strings may not contain NUL characters (\\u0000)")
@@ -115,6 +122,17 @@ def _bounded(receive: Receive, limit: int) -> Callable[[], Awaitable[Message]]:
         return message
 
     return bounded_receive
+
+
+async def _drain(receive: Receive, budget: int) -> None:
+    """Read and drop the rest of a refused body, up to `budget` bytes."""
+    while budget > 0:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        budget -= len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

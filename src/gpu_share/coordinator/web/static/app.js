@@ -47,7 +47,7 @@ function drawSpark(svg, values, max) {
   svg.setAttribute("preserveAspectRatio", "none");
   const numbers = values.filter((v) => v !== null && v !== undefined);
   if (numbers.length < 2) { svg.innerHTML = ""; return; }
-  const top = max || Math.max(...numbers, 1);
+  const top = max || Math.max(...numbers, 1) * 1.25;  // no scale given: leave headroom
   const step = width / (values.length - 1);
   const points = values.map((v, i) => [i * step, height - 2 - ((v || 0) / top) * (height - 4)]);
   const line = points.map(([x, y], i) => `${i ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)}`).join(" ");
@@ -159,4 +159,21 @@ document.addEventListener("DOMContentLoaded", () => {
   liveRegions();
   followLogs();
   uploads();
+});
+
+// Copy buttons: `data-copy` names the element whose text to copy, `data-copy-text` holds it.
+document.addEventListener("click", async (event) => {
+  const button = event.target.closest("button[data-copy], button[data-copy-text]");
+  if (!button) return;
+  const source = button.dataset.copy ? document.querySelector(button.dataset.copy) : null;
+  const value = button.dataset.copyText ?? (source ? source.textContent.trim() : "");
+  try {
+    await navigator.clipboard.writeText(value);
+    const label = button.textContent;
+    button.textContent = "Copied";
+    button.classList.add("copied");
+    setTimeout(() => { button.textContent = label; button.classList.remove("copied"); }, 1500);
+  } catch (error) {  // no clipboard (plain http off loopback): select it for Ctrl+C instead
+    if (source) window.getSelection().selectAllChildren(source);
+  }
 });
