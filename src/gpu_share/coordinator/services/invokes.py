@@ -6,7 +6,6 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -25,7 +24,7 @@ from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.replica.notify import Channel, Notifier
 from gpu_share.coordinator.services import invoke_state, nodes
-from gpu_share.coordinator.services.placement import MICRO, Requirements
+from gpu_share.coordinator.services.placement import requirements_of
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import (
     Invoke,
@@ -138,21 +137,6 @@ def _checksum_rules(body: InvokeCreate, settings: Settings) -> list[str]:
     return []
 
 
-def requirements_of(body: InvokeCreate) -> Requirements:
-    price = body.max_price_per_gpu_hour
-    return Requirements(
-        runtime=body.runtime,
-        gpus=body.gpus,
-        # Decimal GB, as cards are sold: an "80GB" H100 reports 81559 MiB.
-        min_vram_mb=int(body.min_vram_gb * 1000**3 / 1024**2) if body.min_vram_gb else None,
-        gpu_model=body.gpu_model,
-        region=body.region,
-        tier=body.tier.value if body.tier else None,
-        isolated_only=body.isolated_only,
-        max_price_micro=int(price * MICRO) if isinstance(price, Decimal) else None,
-    )
-
-
 def request_hash(body: InvokeCreate) -> str:
     canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -180,7 +164,7 @@ async def create(
     if body.webhook_url:
         raise field_error("webhook_url", "webhooks are not supported yet; poll the invoke")
     warnings = _checksum_rules(body, settings)
-    req = requirements_of(body)
+    req = requirements_of(body, body.gpus)
     try:
         async with db.write() as session:
             model = await resolve_url(

@@ -2,10 +2,11 @@
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from decimal import Decimal
+from typing import Any, Protocol
 
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
-from gpu_share.protocol.nodes import NodeStatus, SandboxKind
+from gpu_share.protocol.nodes import NodeStatus, SandboxKind, Tier
 from gpu_share.protocol.runtimes import RuntimeName
 
 MICRO = 1_000_000
@@ -66,6 +67,33 @@ class Requirements:
             max_price_micro=c.get("max_price_micro"),
             isolated_only=bool(c.get("isolated_only")),
         )
+
+
+class PlacementRequest(Protocol):
+    """The placement options an invoke and a session share (SPEC §1.5 extensions)."""
+
+    runtime: RuntimeName
+    min_vram_gb: float | None
+    gpu_model: str | None
+    region: str | None
+    tier: Tier | None
+    max_price_per_gpu_hour: Decimal | None
+    isolated_only: bool
+
+
+def requirements_of(body: PlacementRequest, gpus: int = 1) -> Requirements:
+    price = body.max_price_per_gpu_hour
+    return Requirements(
+        runtime=body.runtime,
+        gpus=gpus,
+        # Decimal GB, as cards are sold: an "80GB" H100 reports 81559 MiB.
+        min_vram_mb=int(body.min_vram_gb * 1000**3 / 1024**2) if body.min_vram_gb else None,
+        gpu_model=body.gpu_model,
+        region=body.region,
+        tier=body.tier.value if body.tier else None,
+        isolated_only=body.isolated_only,
+        max_price_micro=int(price * MICRO) if price is not None else None,
+    )
 
 
 def matching_gpus(node: NodeRow, req: Requirements) -> int:

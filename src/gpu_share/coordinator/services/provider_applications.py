@@ -68,6 +68,19 @@ def _normal_email(email: str) -> str:
     return email.strip().lower()
 
 
+def _columns(body: wire.ProviderApplicationCreate) -> dict[str, object]:
+    """What the applicant wrote, tidied, as the row stores it."""
+    return {
+        "full_name": body.full_name.strip(),
+        "email": _normal_email(body.email),
+        "company": (body.company or "").strip() or None,
+        "gpus": [gpu.model_dump(mode="json") for gpu in body.gpus],
+        "ups": body.ups,
+        "commitment_months": body.commitment_months,
+        "maintenance_notes": (body.maintenance_notes or "").strip() or None,
+    }
+
+
 def status_token(signer: UrlSigner, application_id: str) -> str:
     return STATUS_TOKEN_PREFIX + signer.seal(STATUS_PURPOSE, application_id)
 
@@ -89,15 +102,9 @@ async def submit(
     row = ProviderApplicationRow(
         id=new_id("papp"),
         status=wire.ApplicationStatus.PENDING.value,
-        full_name=body.full_name.strip(),
-        email=email,
-        company=(body.company or "").strip() or None,
-        gpus=[gpu.model_dump(mode="json") for gpu in body.gpus],
-        ups=body.ups,
-        commitment_months=body.commitment_months,
-        maintenance_notes=(body.maintenance_notes or "").strip() or None,
         created_at=now,
         updated_at=now,
+        **_columns(body),
     )
     session.add(row)
     try:
@@ -166,17 +173,7 @@ async def amend(
             ProviderApplicationRow.id == row.id,
             ProviderApplicationRow.status == wire.ApplicationStatus.INFO_REQUESTED.value,
         )
-        .values(
-            status=wire.ApplicationStatus.PENDING.value,
-            full_name=body.full_name.strip(),
-            email=email,
-            company=(body.company or "").strip() or None,
-            gpus=[gpu.model_dump(mode="json") for gpu in body.gpus],
-            ups=body.ups,
-            commitment_months=body.commitment_months,
-            maintenance_notes=(body.maintenance_notes or "").strip() or None,
-            updated_at=now,
-        )
+        .values(status=wire.ApplicationStatus.PENDING.value, updated_at=now, **_columns(body))
     )
     if done.rowcount != 1:  # type: ignore[attr-defined]
         raise Conflict("the application changed meanwhile; reload it")

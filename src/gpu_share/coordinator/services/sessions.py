@@ -30,7 +30,7 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.replica.session_hub import ForwardFailed, LiveSession, SessionHub
 from gpu_share.coordinator.services import leases, memory_fit, nodes
 from gpu_share.coordinator.services.invokes import resolve_url
-from gpu_share.coordinator.services.placement import MICRO, Requirements, serves
+from gpu_share.coordinator.services.placement import Requirements, requirements_of, serves
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.protocol.sessions import (
@@ -90,19 +90,6 @@ class NotConnectedYet(Exception):
 class ForwardAnswer:
     format: str
     body: bytes
-
-
-def requirements_of(body: SessionCreate) -> Requirements:
-    price = body.max_price_per_gpu_hour
-    return Requirements(
-        runtime=body.runtime,
-        min_vram_mb=int(body.min_vram_gb * 1000**3 / 1024**2) if body.min_vram_gb else None,
-        gpu_model=body.gpu_model,
-        region=body.region,
-        tier=body.tier.value if body.tier else None,
-        isolated_only=body.isolated_only,
-        max_price_micro=int(price * MICRO) if price is not None else None,
-    )
 
 
 async def _owned(session: AsyncSession, tenant_id: str, session_id: str) -> SessionRow:

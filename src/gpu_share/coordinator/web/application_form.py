@@ -127,9 +127,9 @@ def application_from_form(
         for problem in exc.errors():
             name = _field_name(tuple(problem["loc"]), indices)
             errors.setdefault(name, _message(problem))
-        return None, errors
+        return None, in_form_order(errors)
     if errors:
-        return None, errors
+        return None, in_form_order(errors)
     return application, {}
 
 
@@ -142,12 +142,14 @@ def _entry(values: dict[str, str], n: int, errors: dict[str, str]) -> dict[str, 
         try:
             return kind(raw)
         except ValueError:
-            errors.setdefault(f"gpu-{n}-{name}", "enter a number")
+            errors.setdefault(f"gpu-{n}-{name}", "Enter a number" if raw else "This is required")
             return raw
 
     model = get("model")
-    if model and not gpu_catalog.is_known(model):
-        errors[f"gpu-{n}-model"] = "pick a model from the list, or 'Other'"
+    if not model:
+        errors[f"gpu-{n}-model"] = "Choose a model (or Other)"
+    elif not gpu_catalog.is_known(model):
+        errors[f"gpu-{n}-model"] = "Pick a model from the list, or Other"
     scheduled = get("availability") == "schedule"
     availability: dict[str, Any] = {"always": not scheduled, "timezone": get("timezone") or "UTC"}
     if scheduled:
@@ -187,7 +189,54 @@ def _field_name(loc: tuple[Any, ...], indices: list[int]) -> str:
     return f"gpu-{n}-{rest[0]}"
 
 
+LABELS = {
+    "full_name": "Full name",
+    "email": "Email",
+    "company": "Company",
+    "commitment_months": "Commitment",
+    "maintenance_notes": "Maintenance notes",
+    "model": "Model",
+    "other_model": "Other model",
+    "count": "How many",
+    "system_ram_gb": "System RAM",
+    "internet_up_gbps": "Upload",
+    "internet_down_gbps": "Download",
+    "location": "Location",
+    "timezone": "Time zone",
+    "days": "Days",
+    "start": "From",
+    "end": "Until",
+}
+
+
+def label_of(name: str) -> str:
+    """`gpu-1-count` → "GPUs (2): How many"; a top-level field → its label."""
+    match = _GPU_KEY.match(name)
+    if match is None:
+        return LABELS.get(name, name.replace("_", " ").capitalize())
+    n, field = match.groups()
+    entry = f"GPUs ({int(n) + 1})" if n != "0" else "GPUs"
+    return f"{entry}: {LABELS.get(field, field)}"
+
+
+def in_form_order(errors: dict[str, str]) -> dict[str, str]:
+    def rank(name: str) -> tuple[int, int, int]:
+        match = _GPU_KEY.match(name)
+        if match is None:
+            top = TOP_FIELDS.index(name) if name in TOP_FIELDS else -1
+            return (0 if top < 3 else 2, top, 0)
+        n, field = match.groups()
+        return (1, int(n), GPU_FIELDS.index(field) if field in GPU_FIELDS else 99)
+
+    return dict(sorted(errors.items(), key=lambda item: rank(item[0])))
+
+
 def _message(problem: Any) -> str:
+    if problem.get("type") in ("string_too_short", "missing") and problem.get("input") in (
+        "",
+        None,
+    ):
+        return "This is required"
     message = str(problem.get("msg", "invalid"))
     for prefix in ("Value error, ", "Assertion failed, "):
         message = message.removeprefix(prefix)

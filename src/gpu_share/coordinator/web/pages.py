@@ -27,7 +27,7 @@ from gpu_share.coordinator.core.principals import (
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services import accounts, gpu_catalog
 from gpu_share.coordinator.web import TEMPLATE_DIR, session
-from gpu_share.coordinator.web.application_form import entry_indices
+from gpu_share.coordinator.web.application_form import entry_indices, label_of
 from gpu_share.coordinator.web.formatting import FILTERS
 
 P = TypeVar("P", bound=Principal)
@@ -41,6 +41,7 @@ ENV = Environment(
 )
 ENV.filters.update(FILTERS)
 ENV.filters["gpu_indices"] = entry_indices
+ENV.filters["field_label"] = label_of
 ENV.filters["gpu_name"] = gpu_catalog.display_name
 
 FLASH_COOKIE = "gs_flash"
