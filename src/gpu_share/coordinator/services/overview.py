@@ -1,0 +1,170 @@
+"""What the admin pages read across resources: counts for the overview, and the owners
+that lists of nodes and keys name (the wire models carry ids only). Read-only."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import case, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.core.orm import (
+    ApiKeyRow,
+    NodeRow,
+    OutboxMailRow,
+    ProviderApplicationRow,
+    ProviderRow,
+    TenantApplicationRow,
+    TenantRow,
+)
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.protocol.accounts import ApplicationStatus as TenantApplicationStatus
+from gpu_share.protocol.nodes import Tier
+from gpu_share.protocol.provider_applications import ApplicationStatus
+
+
+@dataclass(frozen=True)
+class Counts:
+    applications_pending: int  # waiting for an admin
+    applications_info_requested: int  # waiting for the applicant
+    tenant_applications_pending: int
+    tenants: int
+    providers: int
+    nodes_online: int  # heard from recently and listed (online or busy)
+    nodes_total: int
+    mails_waiting: int
+
+
+async def _count(session: AsyncSession, *where: object, table: type) -> int:
+    query = select(func.count()).select_from(table)
+    for condition in where:
+        query = query.where(condition)  # type: ignore[arg-type]
+    return int(await session.scalar(query) or 0)
+
+
+async def applications_by_status(session: AsyncSession) -> dict[str, int]:
+    """How many provider applications each status holds (a status with none is absent)."""
+    rows = await session.execute(
+        select(ProviderApplicationRow.status, func.count()).group_by(ProviderApplicationRow.status)
+    )
+    return {status: int(count) for status, count in rows.all()}
+
+
+async def counts(session: AsyncSession, now: datetime, settings: Settings) -> Counts:
+    cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
+    by_status = await applications_by_status(session)
+    return Counts(
+        applications_pending=by_status.get(ApplicationStatus.PENDING.value, 0),
+        applications_info_requested=by_status.get(ApplicationStatus.INFO_REQUESTED.value, 0),
+        tenant_applications_pending=await _count(
+            session,
+            TenantApplicationRow.status == TenantApplicationStatus.PENDING.value,
+            table=TenantApplicationRow,
+        ),
+        tenants=await _count(session, table=TenantRow),
+        providers=await _count(session, table=ProviderRow),
+        nodes_online=await _count(
+            session, NodeRow.last_seen_at >= cutoff, NodeRow.delisted.is_(False), table=NodeRow
+        ),
+        nodes_total=await _count(session, table=NodeRow),
+        mails_waiting=await mails_waiting(session),
+    )
+
+
+async def mails_waiting(session: AsyncSession) -> int:
+    return await _count(session, OutboxMailRow.sent_at.is_(None), table=OutboxMailRow)
+
+
+@dataclass(frozen=True)
+class ProviderSummary:
+    """A provider as admins follow it: has the applicant claimed the account yet?"""
+
+    id: str
+    name: str
+    email: str
+    tier: Tier
+    created_at: datetime
+    claimed_at: datetime | None
+    claim_expires_at: datetime | None  # None: made by an admin with its key, nothing to claim
+    nodes: int
+    nodes_online: int
+
+    def claim_state(self, now: datetime) -> str:
+        if self.claimed_at is not None:
+            return "claimed"
+        if self.claim_expires_at is None:
+            return "issued directly"
+        return "waiting" if self.claim_expires_at > now else "expired"
+
+
+async def provider_summaries(
+    session: AsyncSession, now: datetime, settings: Settings
+) -> list[ProviderSummary]:
+    cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
+    online = (NodeRow.last_seen_at >= cutoff) & NodeRow.delisted.is_(False)
+    node_counts = {
+        provider_id: (int(total), int(up or 0))
+        for provider_id, total, up in (
+            await session.execute(
+                select(
+                    NodeRow.provider_id,
+                    func.count(),
+                    func.sum(case((online, 1), else_=0)),
+                ).group_by(NodeRow.provider_id)
+            )
+        ).all()
+    }
+    rows = (await session.scalars(select(ProviderRow).order_by(ProviderRow.id.desc()))).all()
+    return [
+        ProviderSummary(
+            id=row.id,
+            name=row.name,
+            email=row.email,
+            tier=Tier(row.tier),
+            created_at=row.created_at,
+            claimed_at=row.claimed_at,
+            claim_expires_at=row.claim_expires_at,
+            nodes=node_counts.get(row.id, (0, 0))[0],
+            nodes_online=node_counts.get(row.id, (0, 0))[1],
+        )
+        for row in rows
+    ]
+
+
+@dataclass(frozen=True)
+class NodeOwner:
+    hostname: str
+    agent_version: str
+    provider_id: str
+    provider_name: str
+
+
+async def node_owners(session: AsyncSession) -> dict[str, NodeOwner]:
+    rows = await session.execute(
+        select(
+            NodeRow.id, NodeRow.hostname, NodeRow.agent_version, ProviderRow.id, ProviderRow.name
+        ).join(ProviderRow, ProviderRow.id == NodeRow.provider_id)
+    )
+    return {
+        node_id: NodeOwner(hostname, version, provider_id, provider_name)
+        for node_id, hostname, version, provider_id, provider_name in rows.all()
+    }
+
+
+async def key_owners(session: AsyncSession) -> dict[str, str]:
+    """Each key's owner in words: the tenant's or provider's name, and a node's host."""
+    rows = await session.execute(
+        select(ApiKeyRow.id, TenantRow.name, ProviderRow.name, NodeRow.hostname)
+        .outerjoin(TenantRow, TenantRow.id == ApiKeyRow.tenant_id)
+        .outerjoin(ProviderRow, ProviderRow.id == ApiKeyRow.provider_id)
+        .outerjoin(NodeRow, NodeRow.id == ApiKeyRow.node_id)
+    )
+    owners = {}
+    for key_id, tenant, provider, host in rows.all():
+        parts = [name for name in (tenant, provider, host) if name]
+        owners[key_id] = " · ".join(parts) if parts else "the platform"
+    return owners
+
+
+async def tenant_names(session: AsyncSession) -> dict[str, str]:
+    rows = await session.execute(select(TenantRow.id, TenantRow.name).order_by(TenantRow.name))
+    return dict(rows.all())
