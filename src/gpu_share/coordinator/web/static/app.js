@@ -95,7 +95,10 @@ function followLogs() {
           }
           cursor = Number(response.headers.get("X-Log-Cursor") || cursor);
           const state = response.headers.get("X-Invoke-Status");
-          if (status && state) status.textContent = state;
+          if (status && state) {
+            status.textContent = state;
+            status.className = `badge s-${state}`;
+          }
           if (["done", "failed", "timeout", "canceled"].includes(state)) {
             if (pre.dataset.reloadWhenFinal !== undefined && pre.dataset.finalSeen === undefined) {
               pre.dataset.finalSeen = "1";
