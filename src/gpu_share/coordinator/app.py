@@ -26,6 +26,7 @@ from gpu_share.coordinator.api import (
     artifacts,
     docs,
     health,
+    install,
     invokes,
     nodes,
     provider,
@@ -241,6 +242,7 @@ def create_app(
         admin_providers,
         provider_applications,
         provider,
+        install,
     ):
         app.include_router(module.router)
     return app
