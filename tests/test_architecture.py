@@ -1,10 +1,10 @@
 """DESIGN.md boundaries, checked on the source: one layer per folder, no import upward.
 
-    coordinator:  core  ←  storage  ←  replica  ←  services  ←  loops | api  ←  web  ←  app
-    everywhere:   protocol and netguard know nothing of the parts that use them;
-                  the agent never imports the coordinator; the SDK imports no server code;
-                  services never import FastAPI; the CLI imports servers only lazily,
-                  inside the commands that run them.
+coordinator:  core  ←  storage  ←  replica  ←  services  ←  loops | api  ←  web  ←  app
+everywhere:   protocol and netguard know nothing of the parts that use them;
+              the agent never imports the coordinator; the SDK imports no server code;
+              services never import FastAPI; the CLI imports servers only lazily,
+              inside the commands that run them.
 """
 
 import ast

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))
+DOCKERFILES = sorted((ROOT / "deploy").glob("*.Dockerfile"))
 INSTALL_SH = ROOT / "src/gpu_share/coordinator/web/static/install.sh"
 
 
@@ -114,7 +114,7 @@ def test_dockerfile_pins_its_base_images_and_runs_as_a_user(dockerfile: Path) ->
 
 
 def test_agent_image_runs_as_the_uid_install_sh_hands_the_data_folder_to() -> None:
-    agent = ROOT / "docker/agent.Dockerfile"
+    agent = ROOT / "deploy/agent.Dockerfile"
     uid = re.search(r"^AGENT_UID=(\d+)", INSTALL_SH.read_text(), re.MULTILINE)
     assert uid
     assert ("USER", f"{uid.group(1)}:{uid.group(1)}") in instructions(agent)

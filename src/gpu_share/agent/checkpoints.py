@@ -11,11 +11,12 @@ import contextlib
 import logging
 from pathlib import Path
 
-from gpu_share.agent.client import CoordinatorClient, StaleLease
+from gpu_share.agent.client import CoordinatorClient, CoordinatorError, StaleLease
 from gpu_share.agent.jobfiles import copy_out, stat_inside
 from gpu_share.agent.logstream import LogStream
 from gpu_share.hashing import sha256_file
 from gpu_share.protocol import agent as wire
+from gpu_share.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class CheckpointKeeper:
         self.interval_sec = interval_sec
         self._max_bytes = max_bytes
         self._last: tuple[float, int] | None = None
+        self._refused = False  # the tenant's storage was full: said once in the job's log
         self.uploaded = 0
 
     async def restore(self) -> str | None:
@@ -88,11 +90,24 @@ class CheckpointKeeper:
             )
         except StaleLease:
             return
+        except CoordinatorError as exc:
+            if exc.status != 413 or exc.code != ErrorCode.QUOTA_EXCEEDED:
+                log.warning("invoke %s: checkpoint upload failed: %s", self._lease.invoke_id, exc)
+            elif not self._refused:
+                self._refused = True
+                self._logs.line(
+                    f"checkpoint: a {found.st_size}-byte snapshot was not saved, your artifact "
+                    f"storage is full ({exc.message}); training carries on without it (a "
+                    "requeued attempt resumes from the last snapshot saved, if any); delete "
+                    "old artifacts to make room"
+                )
+            return
         except Exception as exc:  # a snapshot is an optimisation: never fail the job over it
             log.warning("invoke %s: checkpoint upload failed: %s", self._lease.invoke_id, exc)
             return
         finally:
             copy.unlink(missing_ok=True)
         self._last = version
+        self._refused = False
         self.uploaded += 1
         self._logs.line(f"checkpoint: saved a {size}-byte snapshot")

@@ -1,23 +1,30 @@
 """Runs one leased job: fetch inputs, run the runtime in the sandbox, deliver outputs, report.
 
-Whatever happens inside — a bad model, a crash, an OOM, a timeout, a cancel — ends
-in a report with a precise error, never in an agent crash. If the coordinator says
-the lease is stale, the job is stopped and nothing is reported.
+Whatever happens inside — a bad model, a crash, an OOM, a limit, a timeout, a cancel —
+ends in a report with a precise error, never in an agent crash. If the coordinator
+says the lease is stale, the job is stopped and nothing is reported.
+
+Every job runs inside its limits (`job_limits()`: its slot's share of the machine
+unless the provider says otherwise); one that goes past a limit fails with
+RESOURCE_LIMIT and a message naming it, and the agent and other jobs carry on.
 """
 
 import asyncio
 import base64
 import contextlib
 import logging
+import os
 import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from gpu_share.agent.cache import ArtifactCache, CachedFile
 from gpu_share.agent.checkpoints import SNAPSHOT_PATH, CheckpointKeeper
-from gpu_share.agent.client import CoordinatorClient, StaleLease
+from gpu_share.agent.client import CoordinatorClient, CoordinatorError, StaleLease
 from gpu_share.agent.failures import JobFailed
 from gpu_share.agent.fetching import fetch
 from gpu_share.agent.gpu import Gpu, Nvml
@@ -29,7 +36,15 @@ from gpu_share.agent.runtimes.jobspec import (
     RuntimeMetrics,
     RuntimeResult,
 )
-from gpu_share.agent.sandbox import Sandbox, SandboxedProcess, SandboxSpec
+from gpu_share.agent.sandbox import (
+    JobLimits,
+    LimitedSandbox,
+    LimitHit,
+    Sandbox,
+    SandboxedProcess,
+    SandboxSpec,
+)
+from gpu_share.agent.sandbox.cgroups import agent_cgroups
 from gpu_share.agent.settings import AgentSettings
 from gpu_share.hashing import sha256_file
 from gpu_share.netguard import FetchError, SafeFetcher
@@ -46,7 +61,13 @@ KILL_GRACE_SEC = 5.0
 
 @dataclass
 class JobContext:
-    """What every job on this node shares."""
+    """What every job on this node shares.
+
+    Made once, when the agent comes online and before any job or session starts: it
+    clears what an earlier run of this agent left (`remove_leftovers`) and wraps the
+    sandbox so that every process started through it — a job's, a session's model
+    process — runs inside `limits`.
+    """
 
     settings: AgentSettings
     client: CoordinatorClient
@@ -55,6 +76,62 @@ class JobContext:
     sandbox: Sandbox
     nvml: Nvml
     threads: int  # per job: the node's cores shared among its slots
+    slots: int  # jobs at once on this node
+    limits: JobLimits | None = None  # None: the settings' share of the machine per slot
+
+    def __post_init__(self) -> None:
+        if self.limits is None:
+            self.limits = job_limits(self.settings, self.slots)
+        remove_leftovers(self.settings, self.sandbox)
+        if not isinstance(self.sandbox, LimitedSandbox):
+            self.sandbox = LimitedSandbox(self.sandbox, self.limits)
+
+
+def job_limits(
+    settings: AgentSettings,
+    slots: int,
+    *,
+    total_memory: int | None = None,
+    cores: int | None = None,
+) -> JobLimits:
+    """Each slot's share of the machine, where the provider has not set a limit itself."""
+    if total_memory is None:
+        total_memory = psutil.virtual_memory().total
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    memory = settings.job_memory_bytes or int(total_memory * settings.job_memory_fraction / slots)
+    return JobLimits(
+        memory_bytes=memory,
+        cpus=settings.job_cpus or max(0.01, round(cores / slots, 2)),
+        processes=settings.job_max_processes or None,
+        open_files=settings.job_max_open_files or None,
+        disk_bytes=settings.job_disk_bytes or None,
+        cgroups=settings.job_cgroups,
+    )
+
+
+def remove_leftovers(settings: AgentSettings, sandbox: Sandbox) -> None:
+    """Clear what an earlier run of this agent left when it was killed: job cgroups (with
+    anything still in them), job containers, and job and session folders."""
+    jobs_dir = settings.jobs_dir
+    if not jobs_dir.is_dir():
+        return
+    cgroups = agent_cgroups(jobs_dir) if settings.job_cgroups else None
+    if cgroups is not None and (removed := cgroups.remove_leftovers()):
+        log.info("removed %d job cgroup(s) left by an earlier run", removed)
+    remove = getattr(sandbox, "remove_leftovers", None)
+    if remove is not None:
+        remove(jobs_dir)
+    if settings.keep_job_dirs:
+        return
+    leftovers = list(jobs_dir.iterdir())
+    for path in leftovers:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if leftovers:
+        log.info("removed %d job folder(s) left by an earlier run", len(leftovers))
 
 
 class Outcome:
@@ -197,16 +274,19 @@ class Job:
             }
             if (restored := await self.checkpoints.restore()) is not None:
                 options["resume_from"] = restored
+        limits = (self.ctx.limits or JobLimits()).for_wall_time(lease.timeout_sec)
+        self.logs.line(f"limits: {limits.describe()}")
         spec = JobSpec(
             runtime=lease.runtime,
             model="in/model",
             inputs="in/inputs" if lease.inputs is not None else None,
             outputs_dir="out",
             threads=self.ctx.threads,
+            memory_limit_bytes=limits.memory_bytes,
             options=options,
         )
         (self.dir / "spec.json").write_text(spec.model_dump_json())
-        exit_code, stopped = await self._run_sandboxed(
+        exit_code, stopped, limit_hit = await self._run_sandboxed(
             SandboxSpec(
                 argv=[sys.executable, "-m", RUNTIME_MODULES[lease.runtime], "spec.json"],
                 job_dir=self.dir,
@@ -214,6 +294,7 @@ class Job:
                 env={},
                 gpu_uuids=[g.info.uuid for g in self.gpus],
                 cpu_threads=self.ctx.threads,
+                limits=limits,
             ),
             started,
         )
@@ -232,6 +313,15 @@ class Job:
                 status, InvokeError(code=code, message=message), started, download_ms
             )
         result = self._read_result()
+        if limit_hit is not None and (result is None or not result.ok or limit_hit.limit == "disk"):
+            self.logs.line(f"stopped at a limit: {limit_hit.message}")
+            return self._ended(
+                InvokeStatus.FAILED,
+                InvokeError(code=ErrorCode.RESOURCE_LIMIT, message=limit_hit.message),
+                started,
+                download_ms,
+                runtime=result.metrics if result is not None else None,
+            )
         if result is None:
             raise JobFailed(
                 ErrorCode.OUT_OF_MEMORY if exit_code in (-9, 137) else ErrorCode.RUNTIME_ERROR,
@@ -288,8 +378,9 @@ class Job:
 
     async def _run_sandboxed(
         self, spec: SandboxSpec, started: float
-    ) -> tuple[int | None, str | None]:
-        """Run until exit, timeout, cancel or drop; returns (exit code, why it was stopped)."""
+    ) -> tuple[int | None, str | None, LimitHit | None]:
+        """Run until exit, timeout, cancel or drop; returns (exit code, why it was stopped,
+        the limit that ended it)."""
         process = await self.ctx.sandbox.start(spec)
         pump = asyncio.create_task(self._pump(process))
         sampler = asyncio.create_task(self._sample_gpu_memory(process)) if self.gpus else None
@@ -326,7 +417,7 @@ class Job:
                     await watcher
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(pump, 5)
-        return exit_code, stopped
+        return exit_code, stopped, process.limit_hit
 
     async def _pump(self, process: SandboxedProcess) -> None:
         while line := await process.stdout.readline():
@@ -371,22 +462,42 @@ class Job:
                 self.logs.line(f"outputs: {size} bytes uploaded to outputs_upload (HTTP {status})")
                 return result(outputs_url=upload.url), None
             except FetchError as exc:
-                message = (
-                    f"outputs_upload failed: {exc.message}; "
-                    "the outputs were kept in platform storage"
-                )
+                message = f"outputs_upload failed: {exc.message}"
                 self.logs.line(message)
-                stored = await self.ctx.client.store_outputs(
-                    self.invoke_id, self.lease.lease_token, path, sha
-                )
+                try:
+                    stored = await self._store_outputs(path, sha, size)
+                except JobFailed as failure:
+                    error = InvokeError(code=failure.code, message=f"{message}; {failure.message}")
+                    return InvokeResult(metrics=metrics), error
+                message += "; the outputs were kept in platform storage"
                 error = InvokeError(code=ErrorCode.OUTPUT_UPLOAD_FAILED, message=message)
                 return result(outputs_url=stored.url), error
         if size <= self.lease.inline_limit_bytes:
             data = await asyncio.to_thread(path.read_bytes)
             self.logs.line(f"outputs: {size} bytes inline")
             return result(outputs_inline_base64=base64.b64encode(data).decode()), None
-        stored = await self.ctx.client.store_outputs(
-            self.invoke_id, self.lease.lease_token, path, sha
-        )
+        try:
+            stored = await self._store_outputs(path, sha, size)
+        except JobFailed as failure:
+            return InvokeResult(metrics=metrics), InvokeError(
+                code=failure.code, message=failure.message
+            )
         self.logs.line(f"outputs: {size} bytes stored as {stored.artifact_id}")
         return result(outputs_url=stored.url), None
+
+    async def _store_outputs(self, path: Path, sha: str, size: int) -> wire.OutputsStored:
+        """Raises JobFailed(QUOTA_EXCEEDED) when the tenant's storage has no room for them."""
+        try:
+            return await self.ctx.client.store_outputs(
+                self.invoke_id, self.lease.lease_token, path, sha
+            )
+        except CoordinatorError as exc:
+            if exc.status != 413 or exc.code != ErrorCode.QUOTA_EXCEEDED:
+                raise
+            message = (
+                f"the outputs ({size} bytes) could not be stored: your artifact storage is "
+                f"full ({exc.message}); delete old artifacts (outputs of earlier invokes: "
+                "DELETE /v1/artifacts/{id}) and invoke again"
+            )
+            self.logs.line(message)
+            raise JobFailed(ErrorCode.QUOTA_EXCEEDED, message) from exc

@@ -6,6 +6,12 @@ sandbox a job gets, listening on a unix socket in its folder. Forward frames fro
 the WebSocket go to the socket as they come and answers go back as they are ready,
 so concurrent forwards pipeline. When the WebSocket drops, the coordinator fails
 this node's sessions, so the agent stops them too and reconnects.
+
+That makes the channel shared by every tenant's session on this node, so nothing one
+session does may break it: an answer over the session's `max_answer_bytes` is
+replaced by a PAYLOAD_TOO_LARGE result for that forward alone (the coordinator closes
+the channel on a frame over its limit), and an answer naming another session is
+dropped.
 """
 
 import asyncio
@@ -50,7 +56,14 @@ log = logging.getLogger(__name__)
 
 SOCKET_NAME = "session.sock"
 START_TIMEOUT_SEC = 300.0
-MAX_MESSAGE = 256 * 1024 * 1024
+SOCKET_READ_LIMIT = 16 * 1024 * 1024
+# An answer's JSON header (ids, format, an error message); the coordinator allows 64 KiB.
+MAX_ANSWER_HEADER = 16 * 1024
+SKIP_CHUNK = 1 << 20
+
+
+class BrokenAnswer(Exception):
+    """The session process wrote something that is not an answer frame."""
 
 
 @dataclass
@@ -58,6 +71,7 @@ class LocalSession:
     id: str
     process: SandboxedProcess
     directory: Path
+    max_answer_bytes: int
     reader: asyncio.StreamReader | None = None
     writer: asyncio.StreamWriter | None = None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -95,7 +109,10 @@ class SessionHost:
                 async with connect(
                     self.url,
                     additional_headers={"Authorization": f"Bearer {self.ctx.client.key}"},
-                    max_size=MAX_MESSAGE,
+                    # The coordinator bounds every forward by its own limit before it
+                    # builds the frame; a second, fixed limit here could only disagree
+                    # with an operator's setting and drop every session on this node.
+                    max_size=None,
                     compression=None,  # NPZ payloads gain little and cost CPU on both ends
                     ping_interval=10,
                     ping_timeout=20,
@@ -158,6 +175,7 @@ class SessionHost:
     async def _open(self, message: OpenSession) -> None:
         ctx = self.ctx
         directory = ctx.settings.jobs_dir / message.session_id
+        cached = None
         try:
             cached = await fetch(
                 message.model,
@@ -198,9 +216,18 @@ class SessionHost:
                 )
             )
         except JobFailed as failure:
+            if cached is not None:
+                ctx.cache.unpin(cached.sha256)
+            await asyncio.to_thread(shutil.rmtree, directory, True)
             await self._failed(message.session_id, failure.code, failure.message)
             return
-        local = LocalSession(message.session_id, process, directory, pinned=cached.sha256)
+        local = LocalSession(
+            message.session_id,
+            process,
+            directory,
+            max_answer_bytes=message.max_answer_bytes,
+            pinned=cached.sha256,
+        )
         self.sessions[message.session_id] = local
         local.tasks.add(asyncio.create_task(self._drain_output(local)))
         try:
@@ -245,7 +272,7 @@ class SessionHost:
             finally:
                 os.close(folder)
             local.reader, local.writer = await asyncio.open_unix_connection(
-                sock=sock, limit=MAX_MESSAGE
+                sock=sock, limit=SOCKET_READ_LIMIT
             )
         finally:
             if not exited.done():
@@ -294,20 +321,67 @@ class SessionHost:
         await local.writer.drain()
 
     async def _answers(self, local: LocalSession) -> None:
-        assert local.reader is not None
+        reason = "the session's model process stopped (out of memory?)"
         try:
             while True:
-                (length,) = struct.unpack(">I", await local.reader.readexactly(4))
-                await self.send(await local.reader.readexactly(length))
+                answer = await self._next_answer(local)
+                if answer is not None:
+                    await self.send(answer)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except BrokenAnswer as exc:
+            reason = f"the session's model process broke the protocol: {exc}"
         if local.id in self.sessions:  # the process died under a live session
-            await self._failed(
-                local.id,
-                ErrorCode.RUNTIME_ERROR,
-                "the session's model process stopped (out of memory?)",
-            )
+            await self._failed(local.id, ErrorCode.RUNTIME_ERROR, reason)
             await self._discard(local.id)
+
+    async def _next_answer(self, local: LocalSession) -> bytes | None:
+        """The next answer frame to send on, checked; None when it is not to be sent.
+
+        Read header first, so an answer over the limit is skipped without being held.
+        """
+        reader = local.reader
+        assert reader is not None
+        (length,) = struct.unpack(">I", await reader.readexactly(4))
+        if length < 4:
+            raise BrokenAnswer(f"a frame of {length} bytes")
+        prefix = await reader.readexactly(4)
+        (header_length,) = struct.unpack(">I", prefix)
+        if header_length > MAX_ANSWER_HEADER or header_length > length - 4:
+            raise BrokenAnswer(f"an answer header of {header_length} bytes")
+        head = await reader.readexactly(header_length)
+        try:
+            header = ForwardHeader.model_validate_json(head)
+        except ValueError as exc:
+            raise BrokenAnswer("an answer header that is not a result") from exc
+        size = length - 4 - header_length
+        if header.session_id != local.id:
+            await _skip(reader, size)
+            log.warning("session %s answered for another session; dropped", local.id)
+            return None
+        if size > local.max_answer_bytes:
+            await _skip(reader, size)
+            log.info(
+                "session %s: a %d-byte answer is over the %d-byte limit",
+                local.id,
+                size,
+                local.max_answer_bytes,
+            )
+            return pack(
+                ForwardHeader(
+                    type="result",
+                    request_id=header.request_id,
+                    session_id=local.id,
+                    format=header.format,
+                    ok=False,
+                    error=SessionError(
+                        code=ErrorCode.PAYLOAD_TOO_LARGE,
+                        message=f"the outputs are {size} bytes, over this session's limit of "
+                        f"{local.max_answer_bytes} bytes; send a smaller batch",
+                    ),
+                )
+            )
+        return prefix + head + await reader.readexactly(size)
 
     async def _drain_output(self, local: LocalSession) -> None:
         while line := await local.process.stdout.readline():
@@ -337,3 +411,12 @@ class SessionHost:
     async def stop_all(self) -> None:
         for session_id in list(self.sessions):
             await self._discard(session_id)
+
+
+async def _skip(reader: asyncio.StreamReader, size: int) -> None:
+    """Read past `size` bytes without keeping them."""
+    while size > 0:
+        chunk = await reader.read(min(size, SKIP_CHUNK))
+        if not chunk:
+            raise asyncio.IncompleteReadError(b"", size)
+        size -= len(chunk)

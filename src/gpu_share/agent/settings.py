@@ -21,6 +21,11 @@ class AgentSettings(BaseSettings):
         default=None, ge=1, le=256, description="Default: one per GPU, or 1 on a CPU node"
     )
     sandbox: str = Field(default="auto", pattern="^(auto|docker|bwrap|process)$")
+    allow_unisolated: bool = Field(
+        default=False,
+        description="Run other tenants' jobs as plain processes (the process sandbox) when "
+        "neither Docker nor bubblewrap works; without it such an agent refuses to start",
+    )
     docker_image: str | None = None
     region: str | None = Field(default=None, max_length=64)
     cache_max_bytes: int = Field(default=20 * GiB, gt=0)
@@ -39,6 +44,36 @@ class AgentSettings(BaseSettings):
     )
     drain_timeout_sec: float = Field(
         default=30.0, ge=0, description="On stop, how long running jobs may finish"
+    )
+    # What each job (and each session's model process) may use. The defaults give every
+    # slot its share of the machine; see sandbox/limits.py for how each is enforced.
+    job_memory_bytes: int | None = Field(
+        default=None,
+        ge=64 * MiB,
+        description="Memory per job; default: total RAM × job_memory_fraction ÷ slots",
+    )
+    job_memory_fraction: float = Field(
+        default=0.75,
+        gt=0,
+        le=1,
+        description="Share of the RAM all jobs together may use; the rest stays for the system",
+    )
+    job_cpus: float | None = Field(
+        default=None, ge=0.01, description="CPU cores per job (a quota); default: cores ÷ slots"
+    )
+    job_max_processes: int = Field(
+        default=256, ge=0, description="Processes and threads per job (a cgroup's); 0: no limit"
+    )
+    job_max_open_files: int = Field(default=1024, ge=0, description="Per job; 0: no limit")
+    job_disk_bytes: int = Field(
+        default=4 * GiB,
+        ge=0,
+        description="What a job may write to its folder (outputs, snapshots); 0: no limit",
+    )
+    job_cgroups: bool = Field(
+        default=True,
+        description="Enforce memory, CPU and processes with a cgroup per job where the agent "
+        "can make one (as root); false: rlimits only",
     )
 
     @field_validator("server")

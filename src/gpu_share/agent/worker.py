@@ -45,6 +45,32 @@ class AgentStartError(Exception):
     """The agent cannot start: say what to fix."""
 
 
+UNISOLATED_REFUSED = (
+    "{why}: jobs would run as plain processes that could reach the network and read this "
+    "agent's key; install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`) or Docker, "
+    "or pass --allow-unisolated (GPUSHARE_AGENT_ALLOW_UNISOLATED=1) to serve other people's "
+    "jobs unisolated anyway"
+)
+
+
+def choose_sandbox(settings: AgentSettings) -> Sandbox:
+    """The sandbox jobs run in; an unisolated one only when the provider opted in.
+
+    The coordinator shows such a node to tenants as not isolated, and `isolated_only`
+    keeps their work off it; `gpu-share up`, where the jobs are the owner's own, opts in.
+    """
+    if settings.sandbox == "process" and not settings.allow_unisolated:
+        raise AgentStartError(
+            UNISOLATED_REFUSED.format(why="the process sandbox does not isolate jobs")
+        )
+    sandbox = detect_sandbox(settings.sandbox, docker_image=settings.docker_image)
+    if not sandbox.isolated and not settings.allow_unisolated:
+        raise AgentStartError(
+            UNISOLATED_REFUSED.format(why="neither Docker nor bubblewrap works here")
+        )
+    return sandbox
+
+
 @dataclass
 class Identity:
     server: str
@@ -82,9 +108,7 @@ class Agent:
         self.client = CoordinatorClient(settings.server, transport=transport)
         self.nvml = nvml or Nvml()
         self.gpus: list[Gpu] = self.nvml.discover()
-        self.sandbox = sandbox or detect_sandbox(
-            settings.sandbox, docker_image=settings.docker_image
-        )
+        self.sandbox = sandbox or choose_sandbox(settings)
         self.runtimes = runtimes if runtimes is not None else detect_runtimes(self.gpus)
         self.slots = settings.max_concurrent_jobs or max(1, len(self.gpus))
         self.node_id: str | None = None
@@ -200,7 +224,14 @@ class Agent:
         async with SafeFetcher(UrlPolicy.from_strings(self.settings.allow_networks)) as fetcher:
             threads = self.settings.job_threads or max(1, (os.cpu_count() or 1) // self.slots)
             ctx = JobContext(
-                self.settings, self.client, cache, fetcher, self.sandbox, self.nvml, threads
+                self.settings,
+                self.client,
+                cache,
+                fetcher,
+                self.sandbox,
+                self.nvml,
+                threads,
+                slots=self.slots,
             )
             beating = asyncio.create_task(self._heartbeats(stop), name="agent:heartbeat")
             leasing = asyncio.create_task(self._lease_loop(ctx, stop), name="agent:lease")

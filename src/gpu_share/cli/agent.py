@@ -22,6 +22,14 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--max-jobs", type=int, help="jobs at once (default: one per GPU, or 1)")
     parser.add_argument("--sandbox", choices=["auto", "docker", "bwrap", "process"])
+    parser.add_argument(
+        "--allow-unisolated",
+        action="store_true",
+        default=None,
+        help="where neither Docker nor bubblewrap works, run other people's jobs as plain "
+        "processes that can reach the network and this machine's files; tenants see the "
+        "node as not isolated (GPUSHARE_AGENT_ALLOW_UNISOLATED)",
+    )
     parser.add_argument("--region", help="where this machine is, e.g. eu-west")
     parser.add_argument(
         "--allow-network",
@@ -43,6 +51,7 @@ def settings_from(args: argparse.Namespace) -> Any:
         "data_dir": args.data_dir,
         "max_concurrent_jobs": args.max_jobs,
         "sandbox": args.sandbox,
+        "allow_unisolated": args.allow_unisolated,
         "region": args.region,
         "allow_networks": args.allow_network,
     }

@@ -63,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpu-share server: {exc}", file=sys.stderr)
         return 2
     app = create_app(settings, on_admin_key=_print_admin_key)
-    return asyncio.run(_serve(CoordinatorServer(app, sock, log_level=args.log_level)))
+    server = CoordinatorServer(
+        app, sock, log_level=args.log_level, ws_max_size=settings.websocket_max_bytes
+    )
+    return asyncio.run(_serve(server))
 
 
 async def _serve(server: CoordinatorServer) -> int:
@@ -139,6 +142,7 @@ class CoordinatorServer:
         sock: socket.socket,
         *,
         log_level: str,
+        ws_max_size: int,
         graceful_sec: int | None = None,
     ) -> None:
         import uvicorn
@@ -151,6 +155,9 @@ class CoordinatorServer:
             log_level=log_level,
             access_log=False,
             timeout_graceful_shutdown=graceful_sec,
+            # Agents' session channels carry forwards and answers up to the settings' limit;
+            # uvicorn's 16 MiB default would drop a node's channel, and all its sessions.
+            ws_max_size=ws_max_size,
         )
         self._server = _uvicorn_server(app, config)
         self.serving: asyncio.Task[None] | None = None  # ends when the server does

@@ -138,7 +138,7 @@ class _Stack:
 
         from gpu_share.agent.sandbox import SandboxUnavailable
         from gpu_share.agent.settings import AgentSettings
-        from gpu_share.agent.worker import Agent
+        from gpu_share.agent.worker import Agent, AgentStartError
         from gpu_share.coordinator import embedded
         from gpu_share.coordinator.app import create_app
         from gpu_share.coordinator.core.clock import SystemClock
@@ -152,6 +152,7 @@ class _Stack:
             self.sock,
             log_level="debug" if self.args.log_level == "debug" else "warning",
             graceful_sec=GRACEFUL_SEC,
+            ws_max_size=settings.websocket_max_bytes,
         )
         if not await self.server.start():
             return None
@@ -163,9 +164,12 @@ class _Stack:
                     token=SecretStr(creds.enrollment_token),
                     data_dir=Path(settings.data_dir) / "agent",
                     sandbox=self.args.sandbox,
+                    # This machine's owner runs their own jobs here: the process sandbox
+                    # (with its warning) is better than no local agent.
+                    allow_unisolated=True,
                 ),
             )
-        except SandboxUnavailable as exc:
+        except (SandboxUnavailable, AgentStartError) as exc:
             print(f"gpu-share up: {exc}", file=sys.stderr)
             return None
         self.agent = agent

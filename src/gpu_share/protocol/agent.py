@@ -91,10 +91,18 @@ class LeaseRequest(BaseModel):
 
 
 class ArtifactRef(BaseModel):
-    """Where the agent fetches one input of a job."""
+    """Where the agent fetches one input of a job.
+
+    With `platform`, the coordinator vouches for `sha256`: it is the stored artifact's
+    own, and the artifact is the job's tenant's, so the agent may serve those bytes
+    from its cache. Otherwise `sha256` is the tenant's word, only ever checked against
+    what the URL's origin sends: knowing a hash never grants the content.
+    """
 
     url: str = Field(description="The URL to fetch")
-    platform: bool = Field(description="A platform artifact: fetch from the coordinator")
+    platform: bool = Field(
+        description="A platform artifact: fetch from the coordinator, which vouches for sha256"
+    )
     sha256: str | None = Field(description="Checksum to verify after download, when known")
     size: int | None = None
 

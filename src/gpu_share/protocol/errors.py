@@ -34,6 +34,7 @@ class ErrorCode(StrEnum):
     INVALID_INPUTS = "INVALID_INPUTS"
     INVALID_CONFIG = "INVALID_CONFIG"
     OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    RESOURCE_LIMIT = "RESOURCE_LIMIT"  # past a provider's per-job limit; the message names it
     TIMEOUT = "TIMEOUT"
     CANCELED = "CANCELED"
     LEASE_EXPIRED = "LEASE_EXPIRED"

@@ -8,7 +8,11 @@ from pathlib import Path
 
 
 class AgentProcess:
-    """`gpu-share agent` as a child process, its output in `<data_dir>/agent.log`."""
+    """`gpu-share agent` as a child process, its output in `<data_dir>/agent.log`.
+
+    `allow_unisolated` passes `--allow-unisolated`; by default only with the process
+    sandbox, which a test that asks for it means to get.
+    """
 
     def __init__(
         self,
@@ -19,6 +23,7 @@ class AgentProcess:
         sandbox: str = "bwrap",
         allow_networks: tuple[str, ...] = (),
         max_jobs: int = 1,
+        allow_unisolated: bool | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = data_dir
@@ -44,6 +49,8 @@ class AgentProcess:
         ]
         for cidr in allow_networks:
             argv += ["--allow-network", cidr]
+        if allow_unisolated or (allow_unisolated is None and sandbox == "process"):
+            argv.append("--allow-unisolated")
         self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             argv,

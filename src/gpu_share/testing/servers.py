@@ -23,7 +23,9 @@ async def serve(
 ) -> AsyncIterator[str]:
     """Serve `app` until the block ends; yields its base URL.
 
-    `lifespan=False` serves an app whose lifespan the caller already entered.
+    `lifespan=False` serves an app whose lifespan the caller already entered. A
+    coordinator app takes WebSocket frames up to its settings' `websocket_max_bytes`,
+    as `gpu-share server` serves it.
     """
     port = port or free_port()
     config = uvicorn.Config(
@@ -41,6 +43,11 @@ async def serve(
             task.result()
             raise RuntimeError("server stopped during startup")
         await asyncio.sleep(0.01)
+    # The coordinator's settings are on its replica, built by the lifespan just run;
+    # uvicorn reads the limit for each new connection, and none has come yet.
+    replica = getattr(getattr(app, "state", None), "replica", None)  # a coordinator app
+    if replica is not None:
+        config.ws_max_size = replica.settings.websocket_max_bytes
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

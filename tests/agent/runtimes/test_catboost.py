@@ -564,6 +564,26 @@ def test_bad_config_fails_with_invalid_config_naming_the_field(
         assert fragment in message
 
 
+@pytest.mark.parametrize("depth", [20, 100_000])
+def test_a_deeply_nested_config_is_invalid_config_not_a_crashed_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], depth: int
+) -> None:
+    nested = b'{"task": "regression", "metadata": ' + b"[" * depth + b"]" * depth + b"}"
+    job = run_in_process(tmp_path, monkeypatch, capsys, nested, GOOD_INPUTS)
+
+    code, message = job.error
+    assert (job.returncode, code) == (0, "INVALID_CONFIG"), message
+    assert "nest more than 8 levels deep" in message
+
+
+def test_thread_count_zero_is_refused_before_catboost_can_crash_on_it(tmp_path: Path) -> None:
+    job = run_job(tmp_path, {**REGRESSION, "thread_count": 0}, GOOD_INPUTS)  # SIGFPE in CatBoost
+
+    code, message = job.error
+    assert (job.returncode, code) == (0, "INVALID_CONFIG"), job.log
+    assert "thread_count: 0 is not a number of threads" in message
+
+
 @pytest.mark.parametrize(
     ("config", "inputs", "fragments"),
     [

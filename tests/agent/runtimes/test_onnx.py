@@ -7,6 +7,7 @@ and is judged by its `result.json` and exit code, as the agent judges it.
 import importlib.util
 import io
 import json
+import resource
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -64,7 +65,9 @@ def run_job(
     *,
     runtime: str = "onnx_cpu",
     spec: dict[str, Any] | None = None,
+    rlimits: dict[int, int] | None = None,
 ) -> Job:
+    """`rlimits` are set in the runtime's process, as the supervisor sets a job's."""
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "model").write_bytes(
         model.read_bytes() if isinstance(model, Path) else model
@@ -83,12 +86,18 @@ def run_job(
         **(spec or {}),
     }
     (tmp_path / "spec.json").write_text(json.dumps(body))
+
+    def limit() -> None:
+        for kind, value in (rlimits or {}).items():
+            resource.setrlimit(kind, (value, value))
+
     done = subprocess.run(
         [sys.executable, "-m", "gpu_share.agent.runtimes.onnx", "spec.json"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=60,
+        preexec_fn=limit if rlimits else None,
     )
     outputs_dir = body["outputs_dir"] if isinstance(body["outputs_dir"], str) else "out"
     result = read_result(tmp_path / outputs_dir / "result.json")
@@ -387,6 +396,48 @@ def test_invalid_spec_is_reported_in_the_outputs_dir_it_names(tmp_path: Path) ->
     assert job.returncode == 0
     assert code == "INVALID_CONFIG"
     assert "threads" in message
+
+
+# Limits: the job's, named in the failure
+
+
+def zeros_model() -> bytes:
+    """y = zeros(shape): as much memory, and output, as the inputs ask for."""
+    value = helper.make_tensor("value", TensorProto.FLOAT, [1], [0.0])
+    return model_bytes(
+        [helper.make_tensor_value_info("shape", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_node("ConstantOfShape", ["shape"], ["y"], value=value)],
+    )
+
+
+def test_an_allocation_past_the_memory_rlimit_fails_naming_the_limit(tmp_path: Path) -> None:
+    gib_of_floats = npz_bytes(shape=np.array([256 * 1024 * 1024], dtype=np.int64))
+    job = run_job(
+        tmp_path, zeros_model(), gib_of_floats, rlimits={resource.RLIMIT_DATA: 256 * 1024 * 1024}
+    )
+    code, message = job.error
+    assert (job.returncode, code) == (0, "RESOURCE_LIMIT"), job.log
+    assert message.startswith("the job used more than its 256 MiB of memory")
+
+
+def test_inputs_that_expand_past_the_jobs_memory_are_refused_unread(tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, shape=np.zeros(8 * 1024 * 1024, dtype=np.int64))
+    job = run_job(
+        tmp_path, zeros_model(), buffer.getvalue(), spec={"memory_limit_bytes": 16 * 1024 * 1024}
+    )
+    code, message = job.error
+    assert code == "RESOURCE_LIMIT", job.log
+    assert "the inputs NPZ expands to 64 MiB, more than this job's 16 MiB of memory" in message
+
+
+def test_outputs_past_the_disk_limit_fail_naming_the_limit(tmp_path: Path) -> None:
+    four_mib = npz_bytes(shape=np.array([1024 * 1024], dtype=np.int64))
+    job = run_job(tmp_path, zeros_model(), four_mib, rlimits={resource.RLIMIT_FSIZE: 1024 * 1024})
+    code, message = job.error
+    assert (job.returncode, code) == (0, "RESOURCE_LIMIT"), job.log
+    assert message.startswith("the job wrote more than its 1 MiB of disk")
 
 
 # The shared contract

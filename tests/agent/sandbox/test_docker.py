@@ -7,17 +7,21 @@ real engine is not available on this machine.
 
 import asyncio
 import os
+import subprocess
 import sys
 import threading
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from gpu_share.agent.sandbox import (
     DockerSandbox,
+    JobLimits,
     SandboxError,
     SandboxSpec,
     SandboxUnavailable,
@@ -267,3 +271,112 @@ async def test_kill_removes_the_container_and_wait_reports_sigkill(tmp_path: Pat
     assert await asyncio.wait_for(job.wait(), 5) == -9
     assert client.container.removed.is_set()
     assert await asyncio.wait_for(job.stdout.read(), 5) == b""
+
+
+LIMITS = JobLimits(
+    memory_bytes=512 * 1024 * 1024, cpus=1.5, processes=128, open_files=256, disk_bytes=64 << 20
+)
+
+
+def test_the_jobs_limits_become_the_containers(tmp_path: Path) -> None:
+    kwargs = container_kwargs(spec_for(tmp_path, limits=LIMITS), image="i")
+    limits = {key: kwargs[key] for key in ("mem_limit", "memswap_limit", "nano_cpus", "pids_limit")}
+    assert limits == {
+        "mem_limit": 512 * 1024 * 1024,
+        "memswap_limit": 512 * 1024 * 1024,  # memory plus swap: no swap at all
+        "nano_cpus": 1_500_000_000,
+        "pids_limit": 128,
+    }
+    types_module = pytest.importorskip("docker.types")
+    host = types_module.HostConfig(
+        version="1.44", ulimits=kwargs["ulimits"], **limits
+    )  # what the SDK sends the engine
+    assert (host["Memory"], host["MemorySwap"], host["NanoCpus"], host["PidsLimit"]) == (
+        512 * 1024 * 1024,
+        512 * 1024 * 1024,
+        1_500_000_000,
+        128,
+    )
+    assert {(u["Name"], u["Soft"], u["Hard"]) for u in host["Ulimits"]} == {
+        ("nofile", 256, 256),
+        ("fsize", 64 << 20, 64 << 20),
+    }
+
+
+class OomKilled(Container):
+    """Exits as the engine reports a container its cgroup's OOM killer ended."""
+
+    def reload(self) -> None:
+        self.attrs = {"State": {"Pid": 4242, "OOMKilled": True}}
+
+
+async def test_a_container_the_engine_killed_for_memory_names_the_limit(tmp_path: Path) -> None:
+    client = Client(OomKilled(status=137))
+    job = await DockerSandbox(client=client).start(spec_for(tmp_path, limits=LIMITS))
+    await asyncio.wait_for(job.stdout.read(), 5)
+    assert await asyncio.wait_for(job.wait(), 5) == -9
+    assert job.limit_hit is not None and job.limit_hit.limit == "memory"
+    assert "more than its 512 MiB of memory" in job.limit_hit.message
+
+
+class Listed:
+    def __init__(self, job_dir: Path) -> None:
+        self.labels = {JOB_LABEL: str(job_dir)}
+        self.removed = False
+
+    def remove(self, *, force: bool = False) -> None:
+        self.removed = force
+
+
+class EngineWithLeftovers:
+    def __init__(self, containers: list[Listed]) -> None:
+        self.containers = self
+        self.listed = containers
+
+    def list(self, *, all: bool, filters: dict[str, str]) -> list[Listed]:
+        assert all and filters == {"label": JOB_LABEL}
+        return self.listed
+
+
+def test_containers_an_earlier_run_left_are_removed_and_only_this_agents(tmp_path: Path) -> None:
+    ours = Listed(tmp_path / "jobs" / "inv_1-1")
+    another_agents = Listed(tmp_path / "other-agent" / "jobs" / "inv_2-1")
+    sandbox = DockerSandbox(client=EngineWithLeftovers([ours, another_agents]))
+    assert sandbox.remove_leftovers(tmp_path / "jobs") == 1
+    assert ours.removed and not another_agents.removed
+
+
+WATCHING_AGENT = """
+import asyncio, json, sys
+from gpu_share.agent.sandbox.process import SUPERVISOR, lifeline
+
+async def main() -> None:
+    config = {"watch": True, "lifeline_fd": lifeline(), "on_agent_exit": sys.argv[1:]}
+    watcher = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-S", str(SUPERVISOR), json.dumps(config), pass_fds=(lifeline(),)
+    )
+    print(watcher.pid, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+async def test_what_the_agent_leaves_to_the_engine_is_removed_when_the_agent_dies(
+    tmp_path: Path,
+) -> None:
+    """The Docker sandbox's watcher: its command runs once the agent is gone, never before."""
+    marker = tmp_path / "removed"
+    touch = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
+    agent = subprocess.Popen(
+        [sys.executable, "-c", WATCHING_AGENT, *touch], stdout=subprocess.PIPE, text=True
+    )
+    assert agent.stdout is not None
+    watcher = int(await asyncio.to_thread(agent.stdout.readline))
+    assert psutil.pid_exists(watcher) and not marker.exists()
+    agent.kill()  # kill -9: no goodbye
+    agent.wait(10)
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert marker.exists()

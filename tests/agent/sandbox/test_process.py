@@ -46,6 +46,13 @@ def sleepers(token: str) -> list[int]:
     ]
 
 
+async def running(token: str, count: int, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while len(sleepers(token)) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return len(sleepers(token)) == count
+
+
 async def gone(token: str, within: float = 5.0) -> bool:
     deadline = time.monotonic() + within
     while sleepers(token) and time.monotonic() < deadline:
@@ -102,7 +109,7 @@ async def test_kill_ends_the_tree_even_a_child_that_left_the_session(tmp_path: P
     """
     job = await ProcessSandbox().start(python_job(tmp_path, code))
     assert await asyncio.wait_for(job.stdout.readline(), 30) == b"ready\n"
-    assert len(sleepers(token)) == 2
+    assert await running(token, 2)  # Popen returns while the child may still be in exec
     job.kill()
     assert await asyncio.wait_for(job.wait(), 10) == -9
     assert await gone(token)

@@ -53,10 +53,12 @@ from gpu_share.agent.runtimes.jobspec import (
     RuntimeMetrics,
     RuntimeResult,
     log,
+    memory_failure,
+    memory_limit,
     peak_rss_bytes,
     run_runtime,
 )
-from gpu_share.agent.runtimes.npz import Array, NpzError, load_npz, save_npz
+from gpu_share.agent.runtimes.npz import Array, NpzError, NpzTooLarge, load_npz, save_npz
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.runtimes import RuntimeName
 
@@ -174,7 +176,7 @@ def run_catboost(spec: JobSpec) -> RuntimeResult:
     device, device_params = _device(spec)
     params.update(device_params)
 
-    data = training_data(_read_inputs(spec.inputs), config)
+    data = training_data(_read_inputs(spec.inputs, memory_limit(spec)), config)
     log(_describe_data(data))
     _check_params(getattr(catboost, ESTIMATORS[config.task]), params, config.task, data)
     train_pool = _pool(catboost, data.train, data, "X")
@@ -275,7 +277,7 @@ def _read_config(path: Path) -> TrainConfig:
     return parse_train_config(path.read_bytes())
 
 
-def _read_inputs(inputs: str | None) -> dict[str, Array]:
+def _read_inputs(inputs: str | None, max_bytes: int | None) -> dict[str, Array]:
     if inputs is None:
         raise JobFailure(
             ErrorCode.INVALID_INPUTS,
@@ -294,7 +296,9 @@ def _read_inputs(inputs: str | None) -> dict[str, Array]:
             "the JSON train config",
         )
     try:
-        return load_npz(path)
+        return load_npz(path, max_bytes=max_bytes)
+    except NpzTooLarge as exc:
+        raise JobFailure(ErrorCode.RESOURCE_LIMIT, f"inputs_url: {exc}") from exc
     except NpzError as exc:
         raise JobFailure(ErrorCode.INVALID_INPUTS, f"inputs_url: {exc}") from exc
 
@@ -432,11 +436,13 @@ def _fit(
 def _training_failure(message: str, *, started: bool) -> JobFailure:
     lowered = message.lower()
     if any(sign in lowered for sign in OUT_OF_MEMORY_SIGNS):
-        return JobFailure(
-            ErrorCode.OUT_OF_MEMORY,
+        detail = (
             f"CatBoost ran out of memory: {message}; use less data, a smaller depth or "
-            "border_count, or a node with more memory",
+            "border_count, or a node with more memory"
         )
+        if "cuda" in lowered:  # the GPU's memory, not the job's limit
+            return JobFailure(ErrorCode.OUT_OF_MEMORY, detail)
+        return memory_failure(detail)
     if not started and PARAM_NAMES.search(message):
         return JobFailure(ErrorCode.INVALID_CONFIG, f"CatBoost refused the config: {message}")
     if not started and any(word in lowered for word in DATA_WORDS):

@@ -34,6 +34,7 @@ DEFAULT_OUTPUTS: tuple[OutputKind, ...] = ("cbm",)
 DEFAULT_ITERATIONS = 1000  # CatBoost's own default
 MAX_ITERATIONS = 1_000_000
 MAX_MESSAGE_CHARS = 1500
+MAX_DEPTH = 8  # CatBoost's parameters nest two or three levels; deeper is not a config
 
 CONFIG_KEYS = ("task", "cat_features", "feature_names", "eval_fraction", "outputs")
 
@@ -163,6 +164,16 @@ class TrainConfig(BaseModel):
             given_as[name] = key
         return {**keys, "ignored": ignored}
 
+    @field_validator("thread_count")
+    @classmethod
+    def _threads(cls, value: int | None) -> int | None:
+        if value == 0:
+            raise ValueError(
+                "0 is not a number of threads: give at least 1, or -1 (or leave it out) "
+                "for the job's whole share"
+            )
+        return value
+
     @field_validator("cat_features", mode="before")
     @classmethod
     def _columns(cls, value: Any) -> Any:
@@ -227,8 +238,12 @@ def parse_train_config(data: bytes) -> TrainConfig:
         raise _not_a_config("it is a trained CatBoost model (.cbm), not a train config")
     try:
         raw = json.loads(data)
+    except RecursionError as exc:  # nested deeper than the parser goes
+        raise _too_deep() from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _not_a_config(f"it is not JSON ({exc})") from exc
+    if _deeper_than(raw, MAX_DEPTH):
+        raise _too_deep()
     if not isinstance(raw, dict):
         raise _not_a_config(
             f"it is a JSON {type(raw).__name__}, not an object such as "
@@ -240,6 +255,28 @@ def parse_train_config(data: bytes) -> TrainConfig:
         raise JobFailure(
             ErrorCode.INVALID_CONFIG, _clip(f"train config: {_problems(exc)}")
         ) from exc
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and objects nest more than `limit` levels; without recursion, so a
+    config can never exhaust the stack of what reads it next (pydantic, CatBoost)."""
+    level: list[tuple[Any, int]] = [(value, 1)]
+    while level:
+        item, depth = level.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            level.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _too_deep() -> JobFailure:
+    return JobFailure(
+        ErrorCode.INVALID_CONFIG,
+        f"train config: lists and objects nest more than {MAX_DEPTH} levels deep; CatBoost "
+        'parameters are flat, e.g. {"task": "regression", "iterations": 500}',
+    )
 
 
 def _not_a_config(why: str) -> JobFailure:

@@ -10,6 +10,7 @@ turning a `JobFailure` into a failed result, writing `result.json` atomically an
 exiting 0 for every verdict the tenant can act on.
 """
 
+import errno
 import json
 import os
 import sys
@@ -19,6 +20,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpu_share.agent import failures
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.runtimes import RuntimeName
 
@@ -40,6 +42,7 @@ RuntimeFailureCode = Literal[
     ErrorCode.INVALID_CONFIG,
     ErrorCode.RUNTIME_ERROR,
     ErrorCode.OUT_OF_MEMORY,
+    ErrorCode.RESOURCE_LIMIT,
 ]
 
 
@@ -60,6 +63,12 @@ class JobSpec(BaseModel):
     inputs: str | None = Field(default=None, description="NPZ of inputs; null: zero-filled")
     outputs_dir: str = "out"
     threads: int | None = Field(default=None, ge=1, le=1024, description="intra-op threads")
+    memory_limit_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="The job's memory limit; inputs that expand past it "
+        "are refused before they are read",
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="runtime-specific")
 
     @field_validator("model", "outputs_dir")
@@ -165,6 +174,46 @@ def read_result(path: str | Path) -> RuntimeResult | None:
         return None
 
 
+def _soft_rlimit(name: str) -> int | None:
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    soft, _ = resource.getrlimit(getattr(resource, name))
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def memory_limit(spec: JobSpec | None = None) -> int | None:
+    """The job's memory limit: the agent's word in the spec, else this process's
+    RLIMIT_DATA (which is how the limit is enforced where no cgroup does it)."""
+    if spec is not None and spec.memory_limit_bytes is not None:
+        return spec.memory_limit_bytes
+    return _soft_rlimit("RLIMIT_DATA")
+
+
+def memory_failure(detail: str = "", *, spec: JobSpec | None = None) -> JobFailure:
+    """A refused allocation: past the job's limit where it has one (RESOURCE_LIMIT), else
+    the machine ran out (OUT_OF_MEMORY). GPU memory is the device's, never the limit's:
+    callers report that as OUT_OF_MEMORY themselves."""
+    limit = memory_limit(spec)
+    if limit is not None:
+        message = failures.memory_exceeded(limit)
+        return JobFailure(ErrorCode.RESOURCE_LIMIT, f"{message} ({detail})" if detail else message)
+    return JobFailure(
+        ErrorCode.OUT_OF_MEMORY,
+        detail or "the job ran out of memory; use smaller batches or a node with more memory",
+    )
+
+
+def _limit_failure(exc: OSError) -> JobFailure | None:
+    """A write or an open refused by the job's rlimits, as the tenant should read it."""
+    if exc.errno == errno.EFBIG and (size := _soft_rlimit("RLIMIT_FSIZE")) is not None:
+        return JobFailure(ErrorCode.RESOURCE_LIMIT, failures.disk_exceeded(size))
+    if exc.errno == errno.EMFILE and (files := _soft_rlimit("RLIMIT_NOFILE")) is not None:
+        return JobFailure(ErrorCode.RESOURCE_LIMIT, failures.open_files_exceeded(files))
+    return None
+
+
 def peak_rss_bytes() -> int | None:
     try:
         import resource
@@ -191,8 +240,9 @@ def _outputs_dir_of(spec_path: Path) -> str:
 def run_runtime(run: Callable[[JobSpec], RuntimeResult], argv: Sequence[str]) -> int:
     """The `__main__` of every runtime: spec in, result out, 0 for every verdict.
 
-    Exceptions other than `JobFailure` and `MemoryError` propagate: a traceback and
-    a non-zero exit are how a bug in the runtime reaches the agent.
+    Exceptions other than `JobFailure`, `MemoryError` and an OSError from one of the
+    job's limits propagate: a traceback and a non-zero exit are how a bug in the
+    runtime reaches the agent.
     """
     if len(argv) != 1:
         log("usage: python -m gpu_share.agent.runtimes.<runtime> spec.json")
@@ -211,10 +261,12 @@ def run_runtime(run: Callable[[JobSpec], RuntimeResult], argv: Sequence[str]) ->
     except JobFailure as failure:
         result = RuntimeResult.failure(failure.code, failure.message)
     except MemoryError:
-        result = RuntimeResult.failure(
-            ErrorCode.OUT_OF_MEMORY,
-            "the job ran out of memory; use smaller batches or a node with more memory",
-        )
+        limited = memory_failure(spec=spec)
+        result = RuntimeResult.failure(limited.code, limited.message)
+    except OSError as exc:
+        if (limited_by := _limit_failure(exc)) is None:
+            raise
+        result = RuntimeResult.failure(limited_by.code, limited_by.message)
     if result.error is not None:
         log(f"failed: {result.error.code.value}: {result.error.message}")
     write_result(spec.outputs_dir, result)

@@ -26,10 +26,19 @@ from gpu_share.agent.runtimes.jobspec import (
     RuntimeMetrics,
     RuntimeResult,
     log,
+    memory_failure,
+    memory_limit,
     peak_rss_bytes,
     run_runtime,
 )
-from gpu_share.agent.runtimes.npz import Array, NpzError, describe, load_npz, save_npz
+from gpu_share.agent.runtimes.npz import (
+    Array,
+    NpzError,
+    NpzTooLarge,
+    describe,
+    load_npz,
+    save_npz,
+)
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.runtimes import RuntimeName
 
@@ -81,7 +90,7 @@ def run_onnx(spec: JobSpec) -> RuntimeResult:
         feeds = zero_feeds(session)
         log(f"inputs: one zero-filled batch: {_feeds_summary(feeds)}")
     else:
-        feeds = feeds_from_arrays(session, _load_inputs(Path(spec.inputs)))
+        feeds = feeds_from_arrays(session, _load_inputs(Path(spec.inputs), memory_limit(spec)))
         log(f"inputs: {_feeds_summary(feeds)}")
 
     started = time.perf_counter()
@@ -180,7 +189,7 @@ def open_session(spec: JobSpec) -> tuple[Any, int]:
 def _loading_failure(exc: BaseException, model: Path) -> JobFailure:
     message = _ort_message(exc)
     if _is_out_of_memory(exc):
-        return JobFailure(ErrorCode.OUT_OF_MEMORY, f"out of memory loading the model: {message}")
+        return _memory_failure(exc, f"out of memory loading the model: {message}")
     if isinstance(exc, ort_errors.NotImplemented):
         return JobFailure(
             ErrorCode.INVALID_MODEL,
@@ -215,11 +224,13 @@ def _file_hint(model: Path) -> str:
 # Inputs
 
 
-def _load_inputs(path: Path) -> dict[str, Array]:
+def _load_inputs(path: Path, max_bytes: int | None) -> dict[str, Array]:
     if not path.is_file():
         raise JobFailure(ErrorCode.INVALID_CONFIG, f"the inputs file {path} is missing")
     try:
-        return load_npz(path)
+        return load_npz(path, max_bytes=max_bytes)
+    except NpzTooLarge as exc:
+        raise JobFailure(ErrorCode.RESOURCE_LIMIT, str(exc)) from exc
     except NpzError as exc:
         raise JobFailure(ErrorCode.INVALID_INPUTS, str(exc)) from exc
 
@@ -334,9 +345,8 @@ def run_model(session: Any, feeds: dict[str, Array]) -> list[Any]:
     except Exception as exc:
         message = _ort_message(exc)
         if _is_out_of_memory(exc):
-            raise JobFailure(
-                ErrorCode.OUT_OF_MEMORY,
-                f"out of memory running the model: {message}; use smaller batches",
+            raise _memory_failure(
+                exc, f"out of memory running the model: {message}; use smaller batches"
             ) from exc
         if isinstance(exc, ort_errors.InvalidArgument):
             raise JobFailure(
@@ -428,6 +438,13 @@ def _ort_message(exc: BaseException) -> str:
 def _is_out_of_memory(exc: BaseException) -> bool:
     text = str(exc).lower()
     return isinstance(exc, MemoryError) or any(sign in text for sign in OUT_OF_MEMORY_SIGNS)
+
+
+def _memory_failure(exc: BaseException, message: str) -> JobFailure:
+    """GPU memory ran out (OUT_OF_MEMORY), or host memory: the job's limit where it has one."""
+    if "cuda" in str(exc).lower():
+        return JobFailure(ErrorCode.OUT_OF_MEMORY, message)
+    return memory_failure(message)
 
 
 def _ms_since(started: float) -> int:

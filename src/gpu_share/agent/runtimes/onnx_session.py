@@ -47,6 +47,15 @@ from gpu_share.protocol.sessions import ForwardHeader, SessionError, pack, unpac
 
 SOCKET_NAME = "session.sock"
 MAX_FRAME = 1 << 30
+# An answer's header stays small whatever onnxruntime says: the agent refuses (and stops
+# the session on) a header over 16 KiB, and 2000 characters are at most 12 KB of JSON.
+MAX_ERROR_CHARS = 2000
+
+
+def session_error(code: str, message: str) -> SessionError:
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[: MAX_ERROR_CHARS - 1] + "…"
+    return SessionError(code=code, message=message)
 
 
 def listen_unix(path: str) -> socket.socket:
@@ -148,11 +157,11 @@ class ModelServer:
             body = await loop.run_in_executor(self.pool, self.forward, fmt, payload)
         except JobFailure as failure:
             answer.ok = False
-            answer.error = SessionError(code=str(failure.code), message=failure.message)
+            answer.error = session_error(str(failure.code), failure.message)
             body = b""
         except Exception as exc:  # keep serving whatever one request did
             answer.ok = False
-            answer.error = SessionError(code=ErrorCode.RUNTIME_ERROR, message=str(exc))
+            answer.error = session_error(ErrorCode.RUNTIME_ERROR, str(exc))
             body = b""
         return pack(answer, body)
 

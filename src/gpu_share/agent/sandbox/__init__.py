@@ -1,8 +1,9 @@
 """How the agent isolates one job's process: Docker, bubblewrap, or (unisolated) a plain process.
 
 Every sandbox shows the job the same world: its folder as working directory and only
-writable place, its inputs read-only at `./in/<name>`, a clean environment, and only
-its assigned GPUs. `detect_sandbox()` picks the strongest one this machine has.
+writable place, its inputs read-only at `./in/<name>`, a clean environment, only its
+assigned GPUs, and its limits (`limits.py`); and every one ends the job with the agent.
+`detect_sandbox()` picks the strongest one this machine has.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gpu_share.agent.sandbox.base import (
 )
 from gpu_share.agent.sandbox.bwrap import BwrapSandbox, detect_bwrap
 from gpu_share.agent.sandbox.docker import DockerSandbox, connect_docker
+from gpu_share.agent.sandbox.limits import JobLimits, LimitedSandbox, LimitHit
 from gpu_share.agent.sandbox.process import ProcessSandbox
 
 __all__ = [
@@ -27,6 +29,9 @@ __all__ = [
     "INSIDE_JOB_DIR",
     "BwrapSandbox",
     "DockerSandbox",
+    "JobLimits",
+    "LimitHit",
+    "LimitedSandbox",
     "ProcessSandbox",
     "Sandbox",
     "SandboxError",

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from gpu_share.agent.sandbox.limits import JobLimits, LimitHit
+
 NOBODY = 65534
 """uid and gid a job runs as where the sandbox can choose (bwrap, docker)."""
 
@@ -44,11 +46,14 @@ class SandboxSpec:
     env: Mapping[str, str]
     gpu_uuids: Sequence[str] = ()
     cpu_threads: int | None = None
+    limits: JobLimits | None = None  # None: not limited (see `LimitedSandbox` for defaults)
 
 
 class SandboxedProcess(Protocol):
     pid: int
     stdout: asyncio.StreamReader
+    limit_hit: LimitHit | None
+    """Once `wait()` has returned: the limit that ended the job, if one did."""
 
     async def wait(self) -> int: ...
 

@@ -16,7 +16,6 @@ capability on the host and everything it can reach is read-only except its folde
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import functools
@@ -44,7 +43,7 @@ from gpu_share.agent.sandbox.base import (
     job_environment,
     nvidia_minor_numbers,
 )
-from gpu_share.agent.sandbox.process import STREAM_LIMIT, SubprocessJob
+from gpu_share.agent.sandbox.process import SubprocessJob, start_supervised
 
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib64", "lib32")
 HOST_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives")
@@ -162,23 +161,17 @@ class BwrapSandbox:
             # bwrap would create it as the mount point anyway; made here it is the agent's.
             (spec.job_dir / INPUTS_DIR).mkdir(exist_ok=True)
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
+            return await start_supervised(
+                argv,
+                spec=spec,
                 env={"PATH": os.environ.get("PATH", os.defpath)},
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                limit=STREAM_LIMIT,
+                cwd=None,
+                after_exit=functools.partial(strip_setid_bits, spec.job_dir.resolve()),
             )
-        except OSError as exc:
-            raise SandboxUnavailable(
-                f"cannot run {self.executable}: {exc}; {INSTALL_HINT}"
-            ) from exc
-        job_dir = spec.job_dir.resolve()
-        return SubprocessJob(
-            process, wrapped=True, after_exit=functools.partial(strip_setid_bits, job_dir)
-        )
+        except SandboxError as exc:
+            if f"cannot start {self.executable}" not in str(exc):
+                raise
+            raise SandboxUnavailable(f"{exc}; {INSTALL_HINT}") from exc
 
     def _if_supported(self, option: str, *values: str) -> list[str]:
         if self.supported_options is None or option in self.supported_options:

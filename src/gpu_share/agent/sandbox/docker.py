@@ -2,15 +2,23 @@
 
 Spoken through the Docker SDK for Python (`pip install docker`), imported only when a
 Docker sandbox is asked for. The container has no network, a read-only root, a private
-`/tmp`, no capabilities, no privilege escalation, a process limit, uid 65534, the job
-folder at `/job` and its inputs read-only at `/job/in/<name>`; GPUs come through a
-device request naming the assigned UUIDs, which the NVIDIA container toolkit honours.
+`/tmp`, no capabilities, no privilege escalation, uid 65534, the job folder at `/job`
+and its inputs read-only at `/job/in/<name>`; GPUs come through a device request naming
+the assigned UUIDs, which the NVIDIA container toolkit honours. The job's limits become
+the container's: memory (no swap), CPUs, processes, open files and file size; the
+agent watches the job folder's size as for the other sandboxes.
+
+A container belongs to the engine, not to the agent, so it would outlive an agent
+killed with `kill -9`: a watcher process (`supervisor.py` in watch mode) removes it
+when the agent dies, and an agent that comes back removes any container left with its
+jobs folder in the `dev.gpu-share.job` label (`remove_leftovers`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -22,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpu_share._version import __version__
+from gpu_share.agent import failures
 from gpu_share.agent.sandbox.base import (
     INPUTS_DIR,
     INSIDE_JOB_DIR,
@@ -36,7 +45,8 @@ from gpu_share.agent.sandbox.base import (
     nvidia_minor_numbers,
     status_from_wrapper,
 )
-from gpu_share.agent.sandbox.process import STREAM_LIMIT
+from gpu_share.agent.sandbox.limits import DiskWatch, JobLimits, LimitHit, watch_disk
+from gpu_share.agent.sandbox.process import STREAM_LIMIT, SUPERVISOR, lifeline
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +120,29 @@ def container_kwargs(
         kwargs["device_requests"] = [
             {"device_ids": list(spec.gpu_uuids), "capabilities": [["gpu"]]}
         ]
+    kwargs.update(_limit_kwargs(spec.limits))
+    return kwargs
+
+
+def _limit_kwargs(limits: JobLimits | None) -> dict[str, Any]:
+    """The job's limits as the engine takes them (a cgroup of the container's own)."""
+    if limits is None:
+        return {}
+    kwargs: dict[str, Any] = {}
+    if limits.memory_bytes is not None:
+        kwargs["mem_limit"] = limits.memory_bytes
+        kwargs["memswap_limit"] = limits.memory_bytes  # memory plus swap: no swap
+    if limits.cpus is not None:
+        kwargs["nano_cpus"] = round(limits.cpus * 1e9)
+    if limits.processes is not None:
+        kwargs["pids_limit"] = limits.processes
+    ulimits = []
+    if limits.open_files is not None:
+        ulimits.append({"Name": "nofile", "Soft": limits.open_files, "Hard": limits.open_files})
+    if limits.disk_bytes is not None:
+        ulimits.append({"Name": "fsize", "Soft": limits.disk_bytes, "Hard": limits.disk_bytes})
+    if ulimits:
+        kwargs["ulimits"] = ulimits
     return kwargs
 
 
@@ -155,6 +188,12 @@ class DockerSandbox:
         if not spec.job_dir.is_dir():
             raise SandboxError(f"job folder {spec.job_dir} does not exist")
         await asyncio.to_thread(_prepare_job_dir, spec.job_dir, bool(spec.inputs))
+        disk_limit = spec.limits.disk_bytes if spec.limits is not None else None
+        disk = (
+            await asyncio.to_thread(DiskWatch, spec.job_dir.resolve(), disk_limit)
+            if disk_limit is not None
+            else None
+        )
         try:
             container = await asyncio.to_thread(self.client.containers.create, **kwargs)
         except Exception as exc:  # the SDK's errors: APIError, ImageNotFound, transport errors
@@ -163,12 +202,59 @@ class DockerSandbox:
                 f"(is the image on this machine? `docker pull {self.image}`)"
             ) from exc
         try:
+            watcher = await _watch_for_agent_exit(container.id)
+        except OSError as exc:
+            await asyncio.to_thread(_remove, container)
+            raise SandboxError(f"cannot start the container's watcher: {exc}") from exc
+        try:
             await asyncio.to_thread(container.start)
             await asyncio.to_thread(container.reload)
         except Exception as exc:
             await asyncio.to_thread(_remove, container)
+            _stop_watcher(watcher)
             raise SandboxError(f"cannot start the container: {exc}") from exc
-        return DockerJob(container)
+        return DockerJob(container, limits=spec.limits, disk=disk, watcher=watcher)
+
+    def remove_leftovers(self, jobs_dir: Path) -> int:
+        """Remove the containers an earlier run of this agent left (killed with -9)."""
+        jobs_dir = jobs_dir.resolve()
+        removed = 0
+        try:
+            containers = self.client.containers.list(all=True, filters={"label": JOB_LABEL})
+        except Exception:  # the engine went away: nothing to remove now
+            logger.warning("could not list leftover job containers", exc_info=True)
+            return 0
+        for container in containers:
+            folder = Path(container.labels.get(JOB_LABEL, "/"))
+            if folder.parent == jobs_dir:
+                _remove(container)
+                removed += 1
+        return removed
+
+
+async def _watch_for_agent_exit(container_id: str) -> asyncio.subprocess.Process:
+    """A process that removes the container once the agent is gone, however it went."""
+    config = {
+        "watch": True,
+        "lifeline_fd": lifeline(),
+        "on_agent_exit": [sys.executable, "-m", __name__, "remove", container_id],
+    }
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-I",
+        "-S",
+        str(SUPERVISOR),
+        json.dumps(config),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+        pass_fds=(lifeline(),),
+    )
+
+
+def _stop_watcher(watcher: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        watcher.terminate()
 
 
 def _prepare_job_dir(job_dir: Path, has_inputs: bool) -> None:
@@ -189,16 +275,34 @@ def _prepare_job_dir(job_dir: Path, has_inputs: bool) -> None:
 class DockerJob:
     """A running container; its logs (stdout and stderr together) feed `stdout` from a thread."""
 
-    def __init__(self, container: Any) -> None:
+    def __init__(
+        self,
+        container: Any,
+        *,
+        limits: JobLimits | None = None,
+        disk: DiskWatch | None = None,
+        watcher: asyncio.subprocess.Process | None = None,
+    ) -> None:
         self._container = container
         self.pid: int = int(container.attrs.get("State", {}).get("Pid") or 0)
         self.stdout = asyncio.StreamReader(limit=STREAM_LIMIT)
+        self.limit_hit: LimitHit | None = None
+        self._limits = limits
+        self._disk = disk
+        self._watcher = watcher
         self._loop = asyncio.get_running_loop()
         self._killed = False
         self._removal: asyncio.Future[None] | None = None
         self._waiting: asyncio.Future[int] | None = None
         self._logs_done = _in_thread(self._loop, self._pump_logs)
         self._exit = _in_thread(self._loop, self._container.wait)
+        self._watching = (
+            asyncio.ensure_future(watch_disk(disk, self._disk_full)) if disk is not None else None
+        )
+
+    def _disk_full(self, hit: LimitHit) -> None:
+        self.limit_hit = hit
+        self.kill()
 
     def _pump_logs(self) -> None:
         try:
@@ -227,10 +331,27 @@ class DockerJob:
                 raise SandboxError(f"lost the container: {exc}") from exc
             code = -signal.SIGKILL
         await self._logs_done
+        if self._watching is not None:
+            self._watching.cancel()
+        if self.limit_hit is None and not self._killed:
+            self.limit_hit = await asyncio.to_thread(self._judge)
         if self._removal is None:
             self._removal = _in_thread(self._loop, lambda: _remove(self._container))
         await self._removal
+        if self._watcher is not None:
+            _stop_watcher(self._watcher)
+            await self._watcher.wait()
         return -signal.SIGKILL if self._killed else status_from_wrapper(code)
+
+    def _judge(self) -> LimitHit | None:
+        """The limit that ended the container: the engine's OOM flag, or the folder's size."""
+        limits = self._limits
+        if limits is not None and limits.memory_bytes is not None:
+            with contextlib.suppress(Exception):
+                self._container.reload()
+            if self._container.attrs.get("State", {}).get("OOMKilled"):
+                return LimitHit("memory", failures.memory_exceeded(limits.memory_bytes))
+        return self._disk.exceeded() if self._disk is not None else None
 
     def kill(self) -> None:
         """Remove the container (killing all it runs) from a thread; `wait()` sees it done."""
@@ -275,6 +396,14 @@ def _in_thread(loop: asyncio.AbstractEventLoop, function: Callable[[], T]) -> as
     return future
 
 
+def remove_container(container_id: str) -> None:
+    """What the watcher runs once the agent is gone: `python -m …docker remove <id>`."""
+    import docker
+
+    with contextlib.suppress(Exception):  # already gone, or the engine with it
+        docker.from_env(timeout=30).containers.get(container_id).remove(force=True)
+
+
 def connect_docker(image: str | None = None) -> DockerSandbox:
     """A Docker sandbox if an engine answers, can give GPUs where this machine has them, and
     has the runtime image; otherwise SandboxUnavailable saying what to install."""
@@ -309,3 +438,8 @@ def _docker_has_nvidia_runtime(info: Any) -> bool:
     runtimes = (info.get("Runtimes") or {}) if isinstance(info, dict) else {}
     # Docker answers `--gpus`/device requests through this hook when it is on its PATH.
     return "nvidia" in runtimes or shutil.which("nvidia-container-runtime-hook") is not None
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "remove":
+        remove_container(sys.argv[2])

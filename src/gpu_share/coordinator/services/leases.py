@@ -126,6 +126,8 @@ async def artifact_ref(
         return None
     expires = now + timedelta(seconds=ctx.settings.artifact_token_ttl_sec)
     token = ctx.signer.sign(artifact_id, expires)
+    # platform=True vouches for this sha256 (the stored artifact's own, and the caller
+    # resolved an artifact the tenant owns): agents serve it from their cache.
     return wire.ArtifactRef(
         url=f"{artifact_url(ctx.base_url, artifact_id)}?token={token}",
         platform=True,

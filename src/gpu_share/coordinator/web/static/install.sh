@@ -20,7 +20,7 @@ PROG=install.sh
 UNIT_NAME=gpu-share-agent.service
 UNIT_PATH=/etc/systemd/system/$UNIT_NAME
 CONTAINER_NAME=gpu-share-agent
-AGENT_UID=10001                 # the agent image's user (docker/agent.Dockerfile)
+AGENT_UID=10001                 # the agent image's user (deploy/agent.Dockerfile)
 JOB_LABEL=dev.gpu-share.job     # marks the Docker sandbox's job containers
 DOCKER_SOCKET=/var/run/docker.sock
 MARKER=.gpu-share-agent         # in the prefix: this script made it, --uninstall may empty it
@@ -426,7 +426,7 @@ EOF
 
 run_container() {
   if ! docker image inspect "$image" >/dev/null 2>&1 && ! docker pull -q "$image" >/dev/null; then
-    die "the image $image is not on this machine and cannot be pulled: build it in a checkout (docker build -f docker/agent.Dockerfile -t $image .) or pass --image NAME"
+    die "the image $image is not on this machine and cannot be pulled: build it in a checkout (docker build -f deploy/agent.Dockerfile -t $image .) or pass --image NAME"
   fi
   chown -R "$AGENT_UID:$AGENT_UID" "$data_dir"
   docker rm -f "$CONTAINER_NAME" >/dev/null 2>&1 || true
