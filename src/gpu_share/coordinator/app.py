@@ -46,6 +46,7 @@ from gpu_share.coordinator.loops import (
     mail_delivery,
     session_upkeep,
 )
+from gpu_share.coordinator.loops import reliability as loops_reliability
 from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
 from gpu_share.coordinator.replica.key_cache import KeyCache
 from gpu_share.coordinator.replica.notify import notifier_for
@@ -167,6 +168,7 @@ def default_jobs(settings: Settings) -> list[PeriodicJob]:
         PeriodicJob("session-upkeep", settings.session_sweep_interval_sec, session_upkeep.run_once),
         PeriodicJob("housekeeping", HOUSEKEEPING_SEC, housekeeping.run_once),
         PeriodicJob("mail-delivery", settings.mail_interval_sec, mail_delivery.run_once),
+        PeriodicJob("reliability", settings.reliability_interval_sec, loops_reliability.run_once),
     ]
 
 

@@ -82,6 +82,10 @@ class LeaseStatus(BaseModel):
 class HeartbeatAck(BaseModel):
     leases: list[LeaseStatus]
     heartbeat_interval_sec: float
+    run_benchmark: bool = Field(
+        default=False,
+        description="Run the benchmark suite when no job or session holds a GPU, and report it",
+    )
 
 
 class LeaseRequest(BaseModel):

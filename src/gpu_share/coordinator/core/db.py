@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -99,3 +100,8 @@ def null_pool_engine(url: str) -> AsyncEngine:
     """A pool-less engine for one-off administrative work (migrations, test setup)."""
     ensure_sqlite_directory(url)
     return create_async_engine(url, poolclass=NullPool)
+
+
+def upsert(session: AsyncSession) -> Any:
+    """The dialect's INSERT, which has `on_conflict_do_update` on SQLite and PostgreSQL alike."""
+    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert

@@ -69,6 +69,7 @@ class TenantRow(Base):
     name: Mapped[str] = mapped_column(String(200))
     email: Mapped[str] = mapped_column(String(254))
     created_at: Mapped[datetime]
+    last_served_at: Mapped[datetime | None]  # fair share: whose turn a free slot is
 
 
 class ApiKeyRow(Base):
@@ -148,6 +149,7 @@ class ProviderRow(Base):
     claim_token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
     claim_expires_at: Mapped[datetime | None]
     claimed_at: Mapped[datetime | None]
+    reliability: Mapped[dict[str, Any] | None]  # over all its nodes, as last computed
 
 
 class EnrollmentTokenRow(Base):
@@ -185,6 +187,18 @@ class NodeRow(Base):
     delisted: Mapped[bool] = mapped_column(Boolean, default=False)
     registered_at: Mapped[datetime]
     last_seen_at: Mapped[datetime | None] = mapped_column(index=True)
+    # The provider's weekly windows (protocol.schedules.Availability); None: 24/7.
+    availability: Mapped[dict[str, Any] | None]
+    # Benchmarks: the latest verdict per GPU (and for the node), and when one is due.
+    benchmark_state: Mapped[dict[str, Any] | None]
+    benchmark_requested_at: Mapped[datetime | None]
+    last_benchmark_at: Mapped[datetime | None]
+    # The published reliability score and its components, as last computed.
+    reliability: Mapped[dict[str, Any] | None]
+    # Placement: a node waiting in a lease long-poll, and what it can take.
+    polling_until: Mapped[datetime | None]
+    poll_free_slots: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    poll_free_gpus: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
 
 class InvokeRow(Base):
@@ -357,3 +371,31 @@ class TelemetrySampleRow(Base):
     node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
     at: Mapped[datetime] = mapped_column(index=True)
     telemetry: Mapped[dict[str, Any]]
+
+
+class BenchmarkRunRow(Base):
+    """One run of a node's benchmark suite: what it measured and the verdict per GPU."""
+
+    __tablename__ = "benchmark_runs"
+    __table_args__ = (Index(None, "node_id", "finished_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    trigger: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime]
+    report: Mapped[dict[str, Any]]  # the measurements, as the agent sent them
+    scores: Mapped[dict[str, Any]]  # the verdict: per GPU and for the node
+    passed: Mapped[bool] = mapped_column(Boolean)
+
+
+class NodePresenceRow(Base):
+    """Heartbeats a node sent in one 5-minute bucket: uptime, for the reliability score."""
+
+    __tablename__ = "node_presence"
+
+    node_id: Mapped[str] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True
+    )
+    bucket_start: Mapped[datetime] = mapped_column(primary_key=True)
+    beats: Mapped[int] = mapped_column(Integer)

@@ -99,6 +99,10 @@ class Settings(BaseSettings):
     mail_from: str = Field(default="GPU Share <no-reply@localhost>", max_length=254)
     mail_interval_sec: float = Field(default=5.0, gt=0)
 
+    reliability_interval_sec: float = Field(
+        default=60.0, gt=0, description="How often reliability scores are recomputed"
+    )
+
     sqlite_busy_timeout_ms: int = Field(default=10_000, ge=0)
     run_background_loops: bool = True
 

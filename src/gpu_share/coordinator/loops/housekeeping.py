@@ -1,7 +1,7 @@
 """Forgets what is only kept for a while: old rate-limit windows, old telemetry samples."""
 
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import nodes, rate_limits
+from gpu_share.coordinator.services import nodes, presence, rate_limits
 
 
 async def run_once(replica: Replica) -> None:
@@ -9,3 +9,4 @@ async def run_once(replica: Replica) -> None:
     async with replica.db.write() as session:
         await rate_limits.sweep(session, now)
         await nodes.prune_telemetry(session, now)
+        await presence.prune(session, now)

@@ -15,7 +15,7 @@ from gpu_share.coordinator.core.errors import Conflict, NotFound
 from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow, NodeRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
-from gpu_share.coordinator.services import invoke_state, memory_fit, nodes
+from gpu_share.coordinator.services import invoke_state, memory_fit, nodes, presence
 from gpu_share.coordinator.services.artifacts import artifact_url
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES, Lease
 from gpu_share.coordinator.services.placement import Requirements, serves
@@ -224,6 +224,7 @@ async def heartbeat(
     node.last_seen_at = now
     node.telemetry = beat.telemetry.model_dump()
     nodes.record_telemetry(session, node_id, beat.telemetry, now)
+    await presence.record_beat(session, node_id, now)
     expires = now + timedelta(seconds=settings.lease_ttl_sec)
     ids = [running.invoke_id for running in beat.running]
     rows = (
@@ -250,7 +251,9 @@ async def heartbeat(
             )
         )
     return wire.HeartbeatAck(
-        leases=statuses, heartbeat_interval_sec=settings.heartbeat_interval_sec
+        leases=statuses,
+        heartbeat_interval_sec=settings.heartbeat_interval_sec,
+        run_benchmark=node.benchmark_requested_at is not None,
     )
 
 

@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.db import Database, upsert
 from gpu_share.coordinator.core.errors import RateLimited
 from gpu_share.coordinator.core.orm import RateLimitRow
 from gpu_share.coordinator.core.settings import Settings
@@ -61,9 +60,8 @@ def _key(limit: Limit, client: str) -> str:
 async def hit(session: AsyncSession, limit: Limit, client: str, now: datetime) -> int:
     """Count one hit; returns the hits in this window, this one included."""
     start, _ = limit.window(now)
-    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
     statement = (
-        insert(RateLimitRow)
+        upsert(session)(RateLimitRow)
         .values(key=_key(limit, client), window_start=start, hits=1)
         .on_conflict_do_update(
             index_elements=[RateLimitRow.key, RateLimitRow.window_start],

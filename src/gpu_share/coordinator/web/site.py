@@ -7,7 +7,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from gpu_share.coordinator.web import STATIC_DIR, admin, provider, public, tenant
+from gpu_share.coordinator.web import (
+    STATIC_DIR,
+    admin,
+    provider,
+    provider_benchmarks,
+    provider_performance,
+    public,
+    tenant,
+)
 from gpu_share.coordinator.web.pages import PageForbidden, SignInRequired, browser_of
 
 STATIC_PATH = "/static"
@@ -15,7 +23,7 @@ STATIC_PATH = "/static"
 
 def install(app: FastAPI) -> None:
     app.mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static")
-    for module in (public, admin, provider, tenant):
+    for module in (public, admin, provider_benchmarks, provider_performance, provider, tenant):
         app.include_router(module.router)
 
     @app.exception_handler(SignInRequired)
