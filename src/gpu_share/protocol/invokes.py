@@ -96,6 +96,13 @@ class InvokeCreate(BaseModel):
     gpus: int = Field(default=1, ge=1, le=16)
     region: str | None = Field(default=None, min_length=1, max_length=64)
     tier: Tier | None = None
+    min_reliability: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Only nodes whose published reliability score is at least this",
+    )
     isolated_only: bool = Field(
         default=False,
         description="Run only on nodes that isolate jobs (docker or bwrap), never on a node "

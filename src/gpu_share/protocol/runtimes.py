@@ -20,3 +20,12 @@ class RuntimeName(StrEnum):
     @property
     def needs_gpu(self) -> bool:
         return self.device == "cuda"
+
+    @property
+    def min_cuda(self) -> tuple[int, int] | None:
+        """The CUDA version a node's driver must support to run this runtime."""
+        return _MIN_CUDA.get(self)
+
+
+# onnxruntime-gpu 1.18+ is built for CUDA 12; CatBoost's GPU training runs on CUDA 11 and up.
+_MIN_CUDA = {RuntimeName.ONNX_CUDA: (12, 0), RuntimeName.CATBOOST_CUDA: (11, 0)}

@@ -1,6 +1,7 @@
 """The agent protocol (see `gpu_share.protocol.agent`); the rules live in services."""
 
 import asyncio
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
@@ -82,8 +83,17 @@ async def lease(
     deadline = loop.time() + min(body.wait_sec, replica.settings.max_lease_wait_sec)
     while True:
         version = replica.notifier.version(Channel.WORK)
+        now = replica.clock.now()
+        remaining = deadline - loop.time()
         async with replica.db.write() as session:
-            jobs = await leases.claim(session, caller.node_id, body, replica.clock.now(), ctx)
+            jobs = await leases.claim(
+                session,
+                caller.node_id,
+                body,
+                now,
+                ctx,
+                polling_until=now + timedelta(seconds=max(remaining, 0)) if remaining > 0 else None,
+            )
         remaining = deadline - loop.time()
         if jobs or remaining <= 0 or replica.notifier.closed:
             return wire.LeaseResponse(jobs=jobs)

@@ -196,7 +196,7 @@ class NodeRow(Base):
     # The published reliability score and its components, as last computed.
     reliability: Mapped[dict[str, Any] | None]
     # Placement: a node waiting in a lease long-poll, and what it can take.
-    polling_until: Mapped[datetime | None]
+    polling_until: Mapped[datetime | None] = mapped_column(index=True)
     poll_free_slots: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     poll_free_gpus: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 

@@ -24,7 +24,7 @@ from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.replica.notify import Channel, Notifier
 from gpu_share.coordinator.services import invoke_state, nodes
-from gpu_share.coordinator.services.placement import requirements_of
+from gpu_share.coordinator.services.placement import Requirements, requirements_of
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import (
     Invoke,
@@ -137,6 +137,24 @@ def _checksum_rules(body: InvokeCreate, settings: Settings) -> list[str]:
     return []
 
 
+def no_capacity(req: Requirements, missing: str) -> Unavailable:
+    """503 NO_CAPACITY, naming the constraint no online node met (SPEC §1.5, §4.1)."""
+    if missing == "online":
+        why = "no node is online"
+    elif missing == "runtime":
+        why = f"no online node serves runtime {req.runtime.value}"
+    else:
+        why = f"no online node that serves {req.runtime.value} meets {missing}"
+    alternative = "; or try a *_cpu runtime" if req.runtime.needs_gpu else ""
+    return Unavailable(
+        f"{why} (asked for {req.describe()}); wait for a provider to come online or relax "
+        f"the constraints{alternative}",
+        code=ErrorCode.NO_CAPACITY,
+        details={"constraint": missing},
+        headers={"Retry-After": "30"},
+    )
+
+
 def request_hash(body: InvokeCreate) -> str:
     canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -189,14 +207,9 @@ async def create(
                 if body.inputs_url
                 else ResolvedUrl(None, None)
             )
-            if not await nodes.any_node_serves(session, req, now, settings):
-                alternative = ", or try a *_cpu runtime" if req.runtime.needs_gpu else ""
-                raise Unavailable(
-                    f"no online node serves {req.describe()}; wait for a provider to come "
-                    f"online or relax the constraints{alternative}",
-                    code=ErrorCode.NO_CAPACITY,
-                    headers={"Retry-After": "30"},
-                )
+            missing = await nodes.missing_capacity(session, req, now, settings)
+            if missing is not None:
+                raise no_capacity(req, missing)
             row = InvokeRow(
                 id=new_id("inv"),
                 tenant_id=tenant_id,

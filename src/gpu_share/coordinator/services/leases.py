@@ -8,23 +8,29 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, select
+from sqlalchemy import case, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.errors import Conflict, NotFound
-from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow, NodeRow
+from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow, NodeRow, TenantRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
-from gpu_share.coordinator.services import invoke_state, memory_fit, nodes, presence
+from gpu_share.coordinator.services import invoke_state, memory_fit, nodes, presence, ranking
 from gpu_share.coordinator.services.artifacts import artifact_url
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES, Lease
-from gpu_share.coordinator.services.placement import Requirements, serves
+from gpu_share.coordinator.services.placement import (
+    Requirements,
+    in_window,
+    node_listed,
+    serves,
+)
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.errors import ErrorCode
-from gpu_share.protocol.invokes import InvokeStatus, OutputsUpload
+from gpu_share.protocol.invokes import InvokeStatus, OutputsUpload, Priority
 from gpu_share.protocol.runtimes import RuntimeName
 
 CANDIDATES = 64  # queued rows examined per claim
+RANKING_GRACE_SEC = 2.0  # after this, any eligible node may take a job a better one left
 
 
 def _stale(invoke_id: str) -> Conflict:
@@ -48,66 +54,150 @@ async def claim(
     request: wire.LeaseRequest,
     now: datetime,
     ctx: LeaseContext,
+    *,
+    polling_until: datetime | None = None,
 ) -> list[wire.LeasedJob]:
+    """Lease up to `request.slots` jobs to this node, or none (SPEC §4.1).
+
+    Which job: on-demand before spot, then fair share across tenants (the tenant served
+    longest ago first, round robin within one claim), then oldest first. Whether this
+    node gets it: only if no better ranked node that could take it is waiting in a
+    long-poll right now, unless the job has waited `RANKING_GRACE_SEC` already (so a
+    better node that went away never holds work up). `polling_until`: this node waits
+    until then if nothing comes, and rivals see it as waiting.
+    """
     node = await session.get(NodeRow, node_id)
     if node is None:
         raise NotFound(f"node {node_id} does not exist")
     node.last_seen_at = now
-    if node.delisted:
+    if not node_listed(node) or not in_window(node, now):
         return []
     free = min(request.slots, node.max_concurrent_jobs - await nodes.running_on(session, node_id))
     if free <= 0:
         return []
     queued = InvokeRow.status == InvokeStatus.QUEUED.value
-    order = (
-        case((InvokeRow.priority == "on_demand", 0), else_=1),
-        InvokeRow.created_at,
-        InvokeRow.id,
-    )
     # Look without locking, then lock only what this node can take: locking every
     # candidate would write a row lock on each and make other agents skip them.
     peek = await session.execute(
-        select(InvokeRow.id, InvokeRow.runtime, InvokeRow.gpus, InvokeRow.constraints)
+        select(
+            InvokeRow.id,
+            InvokeRow.tenant_id,
+            InvokeRow.runtime,
+            InvokeRow.gpus,
+            InvokeRow.constraints,
+            InvokeRow.created_at,
+        )
+        .join(TenantRow, TenantRow.id == InvokeRow.tenant_id)
         .where(queued, InvokeRow.runtime.in_(node.runtimes))
-        .order_by(*order)
+        .order_by(
+            case((InvokeRow.priority == Priority.ON_DEMAND.value, 0), else_=1),
+            TenantRow.last_served_at.asc().nulls_first(),
+            InvokeRow.created_at,
+            InvokeRow.id,
+        )
         .limit(CANDIDATES)
     )
     # GPU jobs share the node's memory with the sessions it holds (SPEC §4.1).
     free_vram_mb = memory_fit.gpu_memory_mb(node) - (
         (await memory_fit.session_reservations(session)).get(node_id, 0)
     )
-    eligible = []
-    for invoke_id, runtime, gpus, constraints in peek.all():
+    rivals = await _better_pollers(session, node, now)
+    grace = now - timedelta(seconds=RANKING_GRACE_SEC)
+    eligible: list[tuple[str, str]] = []
+    for invoke_id, tenant_id, runtime, gpus, constraints, created_at in peek.all():
         req = Requirements.from_parts(runtime, gpus, constraints)
-        if (
+        if not (
             gpus <= request.free_gpus
-            and serves(node, req)
+            and serves(node, req, now)
             and memory_fit.gpu_job_fits(req.runtime, req.min_vram_mb, free_vram_mb)
         ):
-            eligible.append(invoke_id)
-    if not eligible:
+            continue
+        if created_at > grace and any(_can_take(rival, req, now) for rival in rivals):
+            continue  # a better ranked node is waiting for exactly this
+        eligible.append((invoke_id, tenant_id))
+    order = {invoke_id: n for n, invoke_id in enumerate(_round_robin(eligible))}
+    if not order:
+        node.polling_until = polling_until
+        node.poll_free_slots, node.poll_free_gpus = free, request.free_gpus
         return []
-    candidates = (
+    locked = (
         await session.scalars(
             select(InvokeRow)
-            .where(queued, InvokeRow.id.in_(eligible[: free * 4]))
-            .order_by(*order)
-            .limit(free)
+            .where(queued, InvokeRow.id.in_(list(order)[: free * 4]))
             .with_for_update(skip_locked=True)
         )
     ).all()
     jobs: list[wire.LeasedJob] = []
+    served: set[str] = set()
     free_gpus = request.free_gpus
-    for row in candidates:
+    for row in sorted(locked, key=lambda row: order[row.id]):
         if len(jobs) >= free:
             break
-        if not serves(node, Requirements.of(row)) or row.gpus > free_gpus:
+        if not serves(node, Requirements.of(row), now) or row.gpus > free_gpus:
             continue
         job = await _lease(session, row, node_id, now, ctx)
         if job is not None:
             jobs.append(job)
+            served.add(row.tenant_id)
             free_gpus -= row.gpus
+    await _mark_served(session, served, now)
+    node.polling_until = None if jobs else polling_until
     return jobs
+
+
+async def _mark_served(session: AsyncSession, tenant_ids: set[str], now: datetime) -> None:
+    """Move these tenants to the back of the fair-share line.
+
+    Best effort: a tenant row another claim holds right now is skipped rather than waited
+    for (claims never wait on each other, and cannot deadlock over tenants)."""
+    if not tenant_ids:
+        return
+    free = (
+        await session.scalars(
+            select(TenantRow.id)
+            .where(TenantRow.id.in_(sorted(tenant_ids)))
+            .with_for_update(skip_locked=True)
+        )
+    ).all()
+    if free:
+        await session.execute(
+            update(TenantRow).where(TenantRow.id.in_(free)).values(last_served_at=now)
+        )
+
+
+def _round_robin(eligible: list[tuple[str, str]]) -> list[str]:
+    """Interleave tenants, keeping each tenant's own order: one slot each, in turn."""
+    queues: dict[str, list[str]] = {}
+    for invoke_id, tenant_id in eligible:
+        queues.setdefault(tenant_id, []).append(invoke_id)
+    ordered: list[str] = []
+    while queues:
+        for tenant_id in list(queues):
+            ordered.append(queues[tenant_id].pop(0))
+            if not queues[tenant_id]:
+                del queues[tenant_id]
+    return ordered
+
+
+async def _better_pollers(session: AsyncSession, node: NodeRow, now: datetime) -> list[NodeRow]:
+    """Other nodes waiting in a long-poll right now with room, ranked above this one."""
+    waiting = (
+        await session.scalars(
+            select(NodeRow).where(
+                NodeRow.polling_until > now,
+                NodeRow.id != node.id,
+                NodeRow.poll_free_slots > 0,
+            )
+        )
+    ).all()
+    mine = ranking.rank(node)
+    return [other for other in waiting if ranking.rank(other) > mine]
+
+
+def _can_take(rival: NodeRow, req: Requirements, now: datetime) -> bool:
+    return serves(rival, req, now) and (
+        not req.runtime.needs_gpu or rival.poll_free_gpus >= req.gpus
+    )
 
 
 async def artifact_ref(

@@ -11,7 +11,13 @@ from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, Tele
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.accounts import issue_key
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES
-from gpu_share.coordinator.services.placement import MICRO, Requirements, node_status, serves
+from gpu_share.coordinator.services.placement import (
+    MICRO,
+    Requirements,
+    node_status,
+    nothing_meets,
+    serves,
+)
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.accounts import Role
 from gpu_share.protocol.nodes import (
@@ -151,9 +157,9 @@ async def list_nodes(
 
 
 async def live_nodes(session: AsyncSession, now: datetime, settings: Settings) -> list[NodeRow]:
-    """Listed nodes heard from recently: online or busy."""
+    """Nodes heard from recently, listed or not (placement's `serves` says which serve)."""
     cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
-    query = select(NodeRow).where(NodeRow.last_seen_at >= cutoff, NodeRow.delisted.is_(False))
+    query = select(NodeRow).where(NodeRow.last_seen_at >= cutoff)
     return list((await session.scalars(query)).all())
 
 
@@ -174,16 +180,20 @@ async def runtime_availability(
             name=runtime,
             kind=runtime.kind,
             device=runtime.device,
-            nodes_online=sum(1 for n in nodes if runtime.value in n.runtimes),
+            nodes_online=sum(1 for n in nodes if serves(n, Requirements(runtime=runtime), now)),
         )
         for runtime in RuntimeName
     ]
 
 
-async def any_node_serves(
+async def missing_capacity(
     session: AsyncSession, req: Requirements, now: datetime, settings: Settings
-) -> bool:
-    return any(serves(node, req) for node in await live_nodes(session, now, settings))
+) -> str | None:
+    """None when an online node serves `req`; else the constraint no online node met."""
+    live = await live_nodes(session, now, settings)
+    if any(serves(node, req, now) for node in live):
+        return None
+    return nothing_meets(live, req, now)
 
 
 TELEMETRY_KEPT = timedelta(hours=1)

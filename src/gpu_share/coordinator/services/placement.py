@@ -1,4 +1,10 @@
-"""Which nodes may run which job (SPEC §4.1): a pure function of node and requirements."""
+"""Which nodes may run which job (SPEC §4.1): pure functions of node, requirements and time.
+
+A node serves a job when it has the runtime, is listed (not delisted by an admin or a
+failed benchmark), is inside its availability window, has enough listed GPUs of the
+model, memory and CUDA version asked for, and meets the region, tier, isolation, price
+and reliability asked for. Busy or not: whether it is free is the lease's business.
+"""
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -8,6 +14,7 @@ from typing import Any, Protocol
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
 from gpu_share.protocol.nodes import NodeStatus, SandboxKind, Tier
 from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.protocol.schedules import Availability
 
 MICRO = 1_000_000
 
@@ -22,6 +29,7 @@ class Requirements:
     tier: str | None = None
     max_price_micro: int | None = None
     isolated_only: bool = False
+    min_reliability: float | None = None
 
     def describe(self) -> str:
         parts = [f"runtime {self.runtime.value}"]
@@ -39,6 +47,8 @@ class Requirements:
             parts.append(f"max_price_per_gpu_hour {self.max_price_micro / MICRO:g}")
         if self.isolated_only:
             parts.append("isolated_only")
+        if self.min_reliability is not None:
+            parts.append(f"min_reliability {self.min_reliability:g}")
         return ", ".join(parts)
 
     def constraints(self) -> dict[str, Any]:
@@ -49,6 +59,7 @@ class Requirements:
             "tier": self.tier,
             "max_price_micro": self.max_price_micro,
             "isolated_only": self.isolated_only,
+            "min_reliability": self.min_reliability,
         }
 
     @classmethod
@@ -66,6 +77,7 @@ class Requirements:
             tier=c.get("tier"),
             max_price_micro=c.get("max_price_micro"),
             isolated_only=bool(c.get("isolated_only")),
+            min_reliability=c.get("min_reliability"),
         )
 
 
@@ -79,6 +91,7 @@ class PlacementRequest(Protocol):
     tier: Tier | None
     max_price_per_gpu_hour: Decimal | None
     isolated_only: bool
+    min_reliability: float | None
 
 
 def requirements_of(body: PlacementRequest, gpus: int = 1) -> Requirements:
@@ -93,7 +106,35 @@ def requirements_of(body: PlacementRequest, gpus: int = 1) -> Requirements:
         tier=body.tier.value if body.tier else None,
         isolated_only=body.isolated_only,
         max_price_micro=int(price * MICRO) if price is not None else None,
+        min_reliability=body.min_reliability,
     )
+
+
+def in_window(node: NodeRow, now: datetime) -> bool:
+    """Inside the provider's declared weekly windows (24/7 when none are declared)."""
+    if node.availability is None:
+        return True
+    return Availability.model_validate(node.availability).open_at(now)
+
+
+def listed_gpu(node: NodeRow, gpu: dict[str, Any]) -> bool:
+    """A GPU is listed unless its latest benchmark failed (it is delisted until one passes)."""
+    verdict = ((node.benchmark_state or {}).get("gpus") or {}).get(str(gpu.get("uuid")))
+    return not (isinstance(verdict, dict) and verdict.get("passed") is False)
+
+
+def node_listed(node: NodeRow) -> bool:
+    """The node as a whole: not delisted by an admin, and its own benchmark not failed."""
+    verdict = (node.benchmark_state or {}).get("node")
+    return not node.delisted and not (isinstance(verdict, dict) and verdict.get("passed") is False)
+
+
+def _cuda(version: object) -> tuple[int, int] | None:
+    try:
+        major, _, minor = str(version).partition(".")
+        return int(major), int(minor or 0)
+    except ValueError:
+        return None
 
 
 def matching_gpus(node: NodeRow, req: Requirements) -> int:
@@ -103,24 +144,76 @@ def matching_gpus(node: NodeRow, req: Requirements) -> int:
             continue
         if req.min_vram_mb and int(gpu.get("vram_mb", 0)) < req.min_vram_mb:
             continue
+        wanted = req.runtime.min_cuda
+        cuda = _cuda(gpu.get("cuda_version"))
+        if wanted is not None and (cuda is None or cuda < wanted):
+            continue
+        if not listed_gpu(node, gpu):
+            continue
         count += 1
     return count
 
 
-def serves(node: NodeRow, req: Requirements) -> bool:
-    """Whether the node could ever run the job, busy or not."""
+def reliability_of(node: NodeRow) -> float | None:
+    score = (node.reliability or {}).get("score")
+    return float(score) if isinstance(score, int | float) else None
+
+
+# The constraints in the order a request meets them; `unmet` names the first one missed.
+CONSTRAINTS = (
+    "runtime",
+    "listed",
+    "availability window",
+    "gpus",
+    "region",
+    "tier",
+    "isolated_only",
+    "max_price_per_gpu_hour",
+    "min_reliability",
+)
+
+
+def unmet(node: NodeRow, req: Requirements, now: datetime) -> str | None:
+    """The first constraint of `req` this node does not meet (busy or not); None: it serves."""
     if req.runtime.value not in node.runtimes:
-        return False
+        return "runtime"
+    if not node_listed(node):
+        return "listed"
+    if not in_window(node, now):
+        return "availability window"
     if req.runtime.needs_gpu and matching_gpus(node, req) < req.gpus:
-        return False
+        return "gpus"
     if req.region and (node.region or "").lower() != req.region.lower():
-        return False
+        return "region"
     if req.tier and node.tier != req.tier:
-        return False
+        return "tier"
     if req.isolated_only and not SandboxKind(node.sandbox).isolates:
-        return False
+        return "isolated_only"
     price = node.price_per_gpu_hour_micro or 0
-    return req.max_price_micro is None or price <= req.max_price_micro
+    if req.max_price_micro is not None and price > req.max_price_micro:
+        return "max_price_per_gpu_hour"
+    if req.min_reliability is not None:
+        score = reliability_of(node)
+        if score is None or score < req.min_reliability:
+            return "min_reliability"
+    return None
+
+
+def serves(node: NodeRow, req: Requirements, now: datetime) -> bool:
+    """Whether the node could run the job now, busy or not."""
+    return unmet(node, req, now) is None
+
+
+def nothing_meets(nodes: list[NodeRow], req: Requirements, now: datetime) -> str:
+    """Which constraint no online node met: the furthest any node got before failing."""
+    furthest = -1
+    for node in nodes:
+        missed = unmet(node, req, now)
+        if missed is not None:
+            furthest = max(furthest, CONSTRAINTS.index(missed))
+    if furthest < 0:
+        return "online"
+    return CONSTRAINTS[furthest]
 
 
 def node_status(node: NodeRow, now: datetime, running: int, offline_after_sec: float) -> NodeStatus:

@@ -28,9 +28,14 @@ from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import ArtifactRow, NodeRow, SessionRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.replica.session_hub import ForwardFailed, LiveSession, SessionHub
-from gpu_share.coordinator.services import leases, memory_fit, nodes
-from gpu_share.coordinator.services.invokes import resolve_url
-from gpu_share.coordinator.services.placement import Requirements, requirements_of, serves
+from gpu_share.coordinator.services import leases, memory_fit, nodes, ranking
+from gpu_share.coordinator.services.invokes import no_capacity, resolve_url
+from gpu_share.coordinator.services.placement import (
+    Requirements,
+    nothing_meets,
+    requirements_of,
+    serves,
+)
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.protocol.sessions import (
@@ -227,33 +232,32 @@ class Sessions:
         now: datetime,
         settings: Settings,
     ) -> NodeRow:
-        live = [n for n in await nodes.live_nodes(session, now, settings) if serves(n, req)]
+        online = await nodes.live_nodes(session, now, settings)
+        live = [n for n in online if serves(n, req, now)]
         connected = self.hub.connected_nodes()
         candidates = [n for n in live if n.id in connected]
         if not candidates and live:
             raise NotConnectedYet
         if not candidates:
-            raise Unavailable(
-                f"no online node can hold a session for {req.describe()}; wait for a provider "
-                "or relax the constraints",
-                code=ErrorCode.NO_CAPACITY,
-                headers={"Retry-After": "30"},
-            )
+            raise no_capacity(req, nothing_meets(online, req, now))
         reserved = await memory_fit.session_reservations(session)
         free = {
             n.id: memory_fit.capacity_mb(n, req.runtime.needs_gpu) - reserved.get(n.id, 0)
             for n in candidates
         }
-        best = max(candidates, key=lambda n: free[n.id])
-        if free[best.id] < reserve_mb:
+        roomy = [n for n in candidates if free[n.id] >= reserve_mb]
+        if not roomy:
+            largest = max(free.values())
             raise Unavailable(
                 f"every node that serves {req.runtime.value} is full: the largest has "
-                f"{max(free[best.id], 0)} MB free and this model needs about {reserve_mb} MB; "
+                f"{max(largest, 0)} MB free and this model needs about {reserve_mb} MB; "
                 "close idle sessions or retry later",
                 code=ErrorCode.NO_CAPACITY,
+                details={"constraint": "memory"},
                 headers={"Retry-After": "30"},
             )
-        return best
+        # The best ranked node that has room (SPEC §4.1); the roomiest among equals.
+        return max(roomy, key=lambda n: (ranking.rank(n), free[n.id]))
 
     async def get(self, tenant_id: str, session_id: str) -> Session:
         # The live state first: the hub forgets a session only after its row is final, so

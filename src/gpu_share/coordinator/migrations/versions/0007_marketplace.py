@@ -52,6 +52,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('polling_until', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=True))
         batch_op.add_column(sa.Column('poll_free_slots', sa.Integer(), server_default=sa.text('0'), nullable=False))
         batch_op.add_column(sa.Column('poll_free_gpus', sa.Integer(), server_default=sa.text('0'), nullable=False))
+        batch_op.create_index(batch_op.f('ix_nodes_polling_until'), ['polling_until'], unique=False)
 
     with op.batch_alter_table('providers', schema=None) as batch_op:
         batch_op.add_column(sa.Column('reliability', sa.JSON(), nullable=True))
@@ -71,6 +72,7 @@ def downgrade() -> None:
         batch_op.drop_column('reliability')
 
     with op.batch_alter_table('nodes', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_nodes_polling_until'))
         batch_op.drop_column('poll_free_gpus')
         batch_op.drop_column('poll_free_slots')
         batch_op.drop_column('polling_until')
