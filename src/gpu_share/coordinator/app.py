@@ -29,6 +29,7 @@ from gpu_share.coordinator.api import (
     install,
     invokes,
     nodes,
+    offers,
     provider,
     provider_applications,
     sessions,
@@ -234,6 +235,7 @@ def create_app(
     for module in (
         health,
         nodes,
+        offers,
         invokes,
         sessions,
         artifacts,

@@ -2,6 +2,7 @@
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -76,6 +77,7 @@ class NodeGpu(BaseModel):
     benchmark_score: float | None = Field(
         default=None, description="Fraction of the model's reference figures; set by benchmarks"
     )
+    listed: bool = Field(default=True, description="False while its latest benchmark failed")
 
 
 class Node(BaseModel):
@@ -94,6 +96,13 @@ class Node(BaseModel):
     )
     reliability_score: float | None = Field(
         description="0..1; null until the node has a history to score"
+    )
+    reliability: dict[str, Any] | None = Field(
+        default=None,
+        description="The score's components and their evidence (docs/reliability.md)",
+    )
+    available_now: bool = Field(
+        default=True, description="Inside the provider's declared availability windows now"
     )
     running_jobs: int
     max_concurrent_jobs: int

@@ -1,6 +1,7 @@
 """Nodes: registration by agents, heartbeats, and what tenants see of them."""
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -14,8 +15,11 @@ from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES
 from gpu_share.coordinator.services.placement import (
     MICRO,
     Requirements,
+    in_window,
+    listed_gpu,
     node_status,
     nothing_meets,
+    reliability_of,
     serves,
 )
 from gpu_share.protocol import agent as wire
@@ -82,7 +86,7 @@ async def update_inventory(
     return row
 
 
-async def _running_counts(session: AsyncSession) -> dict[str, int]:
+async def running_counts(session: AsyncSession) -> dict[str, int]:
     rows = await session.execute(
         select(InvokeRow.node_id, func.count())
         .where(InvokeRow.status.in_(ACTIVE_VALUES), InvokeRow.node_id.is_not(None))
@@ -100,20 +104,25 @@ async def running_on(session: AsyncSession, node_id: str) -> int:
     return int(count or 0)
 
 
-def _runtimes(row: NodeRow) -> list[RuntimeName]:
+def known(row: NodeRow) -> list[RuntimeName]:
     """What the node advertises, leaving out names this coordinator does not know."""
     known = {runtime.value for runtime in RuntimeName}
     return [RuntimeName(r) for r in row.runtimes if r in known]
 
 
-def _price(micro: int | None) -> str | None:
+def price_text(micro: int | None) -> str | None:
     if micro is None:
         return None
     whole, frac = divmod(micro, MICRO)
     return f"{whole}.{frac:06d}".rstrip("0").rstrip(".") if frac else str(whole)
 
 
-def to_wire(row: NodeRow, status: NodeStatus, running: int) -> Node:
+def gpu_benchmark_score(row: NodeRow, gpu: dict[str, Any]) -> float | None:
+    verdict = ((row.benchmark_state or {}).get("gpus") or {}).get(str(gpu.get("uuid")))
+    return float(verdict["score"]) if isinstance(verdict, dict) and "score" in verdict else None
+
+
+def to_wire(row: NodeRow, status: NodeStatus, running: int, now: datetime) -> Node:
     return Node(
         id=row.id,
         status=status,
@@ -123,17 +132,20 @@ def to_wire(row: NodeRow, status: NodeStatus, running: int) -> Node:
                 vram_mb=int(g.get("vram_mb", 0)),
                 driver_version=g.get("driver_version"),
                 cuda_version=g.get("cuda_version"),
-                benchmark_score=g.get("benchmark_score"),
+                benchmark_score=gpu_benchmark_score(row, g),
+                listed=listed_gpu(row, g),
             )
             for g in row.gpus
         ],
-        runtimes=_runtimes(row),
+        runtimes=known(row),
         region=row.region,
         tier=Tier(row.tier),
         cpu_count=row.cpu_count,
         ram_mb=row.ram_mb,
-        price_per_gpu_hour=_price(row.price_per_gpu_hour_micro),
-        reliability_score=None,
+        price_per_gpu_hour=price_text(row.price_per_gpu_hour_micro),
+        reliability_score=reliability_of(row),
+        reliability=row.reliability,
+        available_now=in_window(row, now),
         running_jobs=running,
         max_concurrent_jobs=row.max_concurrent_jobs,
         sandbox=SandboxKind(row.sandbox),
@@ -146,13 +158,13 @@ async def list_nodes(
     session: AsyncSession, now: datetime, settings: Settings, *, include_offline: bool = True
 ) -> list[Node]:
     rows = (await session.scalars(select(NodeRow).order_by(NodeRow.id))).all()
-    running = await _running_counts(session)
+    running = await running_counts(session)
     nodes = []
     for row in rows:
         count = running.get(row.id, 0)
         status = node_status(row, now, count, settings.node_offline_after_sec)
         if include_offline or status in (NodeStatus.ONLINE, NodeStatus.BUSY):
-            nodes.append(to_wire(row, status, count))
+            nodes.append(to_wire(row, status, count, now))
     return nodes
 
 
@@ -240,7 +252,7 @@ async def of_provider(
             select(NodeRow).where(NodeRow.provider_id == provider_id).order_by(NodeRow.id)
         )
     ).all()
-    running = await _running_counts(session)
+    running = await running_counts(session)
     recent = (
         await recent_telemetry(session, [row.id for row in rows], now - history)
         if history > timedelta(0) and rows
@@ -252,7 +264,7 @@ async def of_provider(
             hostname=row.hostname,
             status=node_status(row, now, running.get(row.id, 0), settings.node_offline_after_sec),
             gpus=[GpuInfo.model_validate(gpu) for gpu in row.gpus],
-            runtimes=_runtimes(row),
+            runtimes=known(row),
             sandbox=SandboxKind(row.sandbox),
             region=row.region,
             tier=Tier(row.tier),

@@ -217,7 +217,7 @@ def nothing_meets(nodes: list[NodeRow], req: Requirements, now: datetime) -> str
 
 
 def node_status(node: NodeRow, now: datetime, running: int, offline_after_sec: float) -> NodeStatus:
-    if node.delisted:
+    if not node_listed(node):
         return NodeStatus.DELISTED
     if node.last_seen_at is None or node.last_seen_at < now - timedelta(seconds=offline_after_sec):
         return NodeStatus.OFFLINE

@@ -1,0 +1,60 @@
+"""The marketplace (SPEC §4.2): what can be rented now, with its scores and their parts."""
+
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from gpu_share.protocol.nodes import NodeStatus, SandboxKind, Tier
+from gpu_share.protocol.runtimes import RuntimeName
+
+
+class OfferSort(StrEnum):
+    RANK = "rank"  # the placement order (docs/placement.md), best first
+    PRICE = "price"  # cheapest first
+    RELIABILITY = "reliability"  # most reliable first
+    BENCHMARK = "benchmark"  # fastest first
+    VRAM = "vram"  # most GPU memory per GPU first
+
+
+class OfferGpus(BaseModel):
+    """The node's listed GPUs of one model."""
+
+    model: str
+    count: int
+    vram_mb: int
+    cuda_version: str | None
+    benchmark_score: float | None = Field(description="Mean of these GPUs' latest scores")
+
+
+class Offer(BaseModel):
+    node_id: str
+    status: NodeStatus = Field(description="online (a slot free) or busy")
+    region: str | None
+    tier: Tier
+    sandbox: SandboxKind
+    isolated: bool
+    gpus: list[OfferGpus]
+    gpu_count: int = Field(description="Listed GPUs")
+    runtimes: list[RuntimeName]
+    free_slots: int
+    price_per_gpu_hour: str | None = Field(description="USDC; null: the provider set none")
+    reliability_score: float | None
+    reliability: dict[str, Any] | None = Field(description="The score's components")
+    benchmark_score: float | None
+    rank: float = Field(description="The placement rank; higher is placed first")
+    rank_components: dict[str, float]
+
+
+class OfferQuery(BaseModel):
+    gpu_model: str | None = Field(default=None, min_length=1, max_length=100)
+    min_vram_gb: float | None = Field(default=None, gt=0, le=4096, allow_inf_nan=False)
+    max_price: Decimal | None = Field(default=None, ge=0, max_digits=12, decimal_places=6)
+    region: str | None = Field(default=None, min_length=1, max_length=64)
+    tier: Tier | None = None
+    min_reliability: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    runtime: RuntimeName | None = None
+    gpus: int = Field(default=1, ge=1, le=16, description="Listed GPUs needed on one node")
+    sort: OfferSort = OfferSort.RANK
+    limit: int = Field(default=50, ge=1, le=200)
