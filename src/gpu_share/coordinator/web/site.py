@@ -15,6 +15,7 @@ from gpu_share.coordinator.web import (
     provider_performance,
     public,
     tenant,
+    tenant_marketplace,
 )
 from gpu_share.coordinator.web.pages import PageForbidden, SignInRequired, browser_of
 
@@ -23,7 +24,15 @@ STATIC_PATH = "/static"
 
 def install(app: FastAPI) -> None:
     app.mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static")
-    for module in (public, admin, provider_benchmarks, provider_performance, provider, tenant):
+    for module in (
+        public,
+        admin,
+        provider_benchmarks,
+        provider_performance,
+        provider,
+        tenant_marketplace,
+        tenant,
+    ):
         app.include_router(module.router)
 
     @app.exception_handler(SignInRequired)

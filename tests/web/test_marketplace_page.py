@@ -1,0 +1,39 @@
+"""The marketplace page of the tenant console, in a real browser."""
+
+from pathlib import Path
+
+from gpu_share.testing.live import Live
+from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
+from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
+
+
+def key_of(live: Live) -> str:
+    return live.tenant_headers["Authorization"].removeprefix("Bearer ")
+
+
+async def test_the_marketplace_lists_offers_and_filters_them(
+    live: Live, browsing: Browsing, tmp_path: Path
+) -> None:
+    agent = SimulatedAgent(live.base_url)
+    await agent.register(live.enrollment_token)
+    await agent.client.update_inventory(inventory(hostname="market-node", region="eu-west"))
+    page = browsing.page
+    await sign_in(page, live.base_url, key_of(live))
+    await page.get_by_role("link", name="Marketplace").click()
+    table = page.locator("main table")
+    assert agent.node_id is not None and agent.node_id in await table.inner_text()
+    assert "not yet scored" in await table.inner_text()
+    await screenshot(page, tmp_path, "tenant-marketplace")
+
+    await page.get_by_label("Region").fill("us-east")
+    await page.get_by_role("button", name="Show offers").click()
+    assert await page.get_by_text("No machine matches right now").is_visible()
+    assert browsing.outside == []
+    await agent.aclose()
+
+
+async def test_bad_filters_say_what_to_fix(live: Live) -> None:
+    async with signed_in_client(live.base_url, key_of(live)) as http:
+        page = await http.get("/console/marketplace", params={"min_reliability": "7"})
+        assert page.status_code == 200
+        assert "less than or equal to 1" in page.text, page.text[:3000]
