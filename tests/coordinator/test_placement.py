@@ -199,3 +199,10 @@ async def test_failed_benchmarks_and_old_cuda_do_not_count_as_gpus(
     )
     none_left = await invoke(client, tenant, runtime="onnx_cuda")
     assert none_left.json()["error"]["details"]["constraint"] == "gpus"
+
+
+def test_priorities_sort_in_the_order_work_is_taken() -> None:
+    """The PostgreSQL claim orders by the priority column itself, which relies on this."""
+    from gpu_share.protocol.invokes import Priority
+
+    assert sorted(p.value for p in Priority) == [p.value for p in Priority]

@@ -35,6 +35,8 @@ ACTIVE = frozenset({InvokeStatus.ASSIGNED, InvokeStatus.RUNNING})
 
 
 class Priority(StrEnum):
+    """Listed in the order queued work is taken, which is also their sorted order."""
+
     ON_DEMAND = "on_demand"
     SPOT = "spot"
 

@@ -208,6 +208,7 @@ class InvokeRow(Base):
         Index(None, "status", "created_at"),
         Index(None, "tenant_id", "id"),
         Index(None, "node_id", "status"),
+        Index(None, "tenant_id", "status", "priority", "created_at"),  # fair-share claims
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)

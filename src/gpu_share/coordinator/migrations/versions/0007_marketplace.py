@@ -43,6 +43,9 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['node_id'], ['nodes.id'], name=op.f('fk_node_presence_node_id_nodes'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('node_id', 'bucket_start', name=op.f('pk_node_presence'))
     )
+    with op.batch_alter_table('invokes', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_invokes_tenant_id_status_priority_created_at'), ['tenant_id', 'status', 'priority', 'created_at'], unique=False)
+
     with op.batch_alter_table('nodes', schema=None) as batch_op:
         batch_op.add_column(sa.Column('availability', sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column('benchmark_state', sa.JSON(), nullable=True))
@@ -81,6 +84,9 @@ def downgrade() -> None:
         batch_op.drop_column('benchmark_requested_at')
         batch_op.drop_column('benchmark_state')
         batch_op.drop_column('availability')
+
+    with op.batch_alter_table('invokes', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_invokes_tenant_id_status_priority_created_at'))
 
     op.drop_table('node_presence')
     with op.batch_alter_table('benchmark_runs', schema=None) as batch_op:
