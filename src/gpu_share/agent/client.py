@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from gpu_share._version import __version__
 from gpu_share.backoff import Backoff
 from gpu_share.protocol import agent as wire
+from gpu_share.protocol import benchmarks as bench
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +278,62 @@ class CoordinatorClient:
             json=report.model_dump(mode="json"),
             retry_for=retry_for,
         )
+
+    async def report_benchmark(self, report: bench.BenchmarkReport) -> bench.BenchmarkRun:
+        run = await self.call(
+            "POST",
+            "/v1/agent/benchmarks",
+            bench.BenchmarkRun,
+            json=report.model_dump(mode="json"),
+            retry_for=300.0,
+        )
+        assert run is not None
+        return run
+
+    async def benchmark_ping(self) -> None:
+        await self.call("GET", "/v1/agent/benchmarks/ping", timeout=10.0)
+
+    async def benchmark_download(self, nbytes: int, seconds: float) -> int:
+        """Bytes of `nbytes` zeros the coordinator sent before `seconds` ran out."""
+        received = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        async with self._http.stream(
+            "GET",
+            "/v1/agent/benchmarks/download",
+            params={"bytes": str(nbytes)},
+            headers=self._auth(),
+            timeout=seconds + 10.0,
+        ) as response:
+            if not response.is_success:
+                await response.aread()
+                _raise_for(response)
+            async for chunk in response.aiter_raw():
+                received += len(chunk)
+                if loop.time() > deadline:
+                    break
+        return received
+
+    async def benchmark_upload(self, nbytes: int, seconds: float) -> int:
+        """Bytes the coordinator received of up to `nbytes` sent within `seconds`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        block = bytes(1 << 20)
+
+        async def body() -> AsyncIterator[bytes]:
+            left = nbytes
+            while left > 0 and loop.time() < deadline:
+                yield block[: min(left, len(block))]
+                left -= len(block)
+
+        response = await self._request(
+            "POST",
+            "/v1/agent/benchmarks/upload",
+            content=body(),
+            headers={"Content-Type": "application/octet-stream"},
+            timeout=seconds + 10.0,
+        )
+        return bench.ProbeUpload.model_validate(response.json()).received_bytes
 
     async def download(
         self, url: str, dest: Path, *, max_bytes: int, timeout: float

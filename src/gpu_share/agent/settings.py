@@ -45,6 +45,21 @@ class AgentSettings(BaseSettings):
     drain_timeout_sec: float = Field(
         default=30.0, ge=0, description="On stop, how long running jobs may finish"
     )
+    benchmarks: bool = Field(
+        default=True,
+        description="Benchmark this node (docs/benchmarks.md): on its first start, every "
+        "benchmark_interval_hours, and when an admin asks; false: never",
+    )
+    benchmark_interval_hours: float = Field(
+        default=24.0, gt=0, le=24 * 365, description="How often the node benchmarks itself"
+    )
+    benchmark_quiet_sec: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="How long the node must have had no job and no session before a "
+        "benchmark starts (work that arrives during one stops it)",
+    )
     # What each job (and each session's model process) may use. The defaults give every
     # slot its share of the machine; see sandbox/limits.py for how each is enforced.
     job_memory_bytes: int | None = Field(
@@ -94,3 +109,7 @@ class AgentSettings(BaseSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.data_dir / "jobs"
+
+    @property
+    def benchmarks_dir(self) -> Path:
+        return self.data_dir / "benchmarks"

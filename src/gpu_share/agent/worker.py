@@ -12,6 +12,7 @@ import os
 import platform
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,8 @@ import psutil
 
 from gpu_share._version import __version__
 from gpu_share.agent import gpu as gpu_module
+from gpu_share.agent.benchmarks.schedule import BenchmarkSchedule
+from gpu_share.agent.benchmarks.suite import BenchmarkSuite
 from gpu_share.agent.cache import ArtifactCache
 from gpu_share.agent.capabilities import detect_runtimes
 from gpu_share.agent.client import (
@@ -103,6 +106,7 @@ class Agent:
         sandbox: Sandbox | None = None,
         nvml: Nvml | None = None,
         runtimes: list[RuntimeName] | None = None,
+        benchmark_suite: BenchmarkSuite | None = None,
     ) -> None:
         self.settings = settings
         self.client = CoordinatorClient(settings.server, transport=transport)
@@ -120,6 +124,16 @@ class Agent:
         self.session_host: SessionHost | None = None
         self.online = asyncio.Event()  # registered, its loops started: `gpu-share up` waits on it
         self.left_running = 0  # jobs still running when the drain ended: their leases will expire
+        self.benchmarks = BenchmarkSchedule(
+            benchmark_suite or BenchmarkSuite(scratch_dir=settings.benchmarks_dir),
+            state_path=settings.data_dir / "benchmarks.json",
+            interval=timedelta(hours=settings.benchmark_interval_hours),
+            quiet_sec=settings.benchmark_quiet_sec,
+        )
+
+    def busy(self) -> bool:
+        """A job runs or a session is open: no benchmark may use the machine now."""
+        return bool(self.jobs) or bool(self.session_host and self.session_host.sessions)
 
     def inventory(self) -> wire.NodeInventory:
         memory = psutil.virtual_memory()
@@ -237,8 +251,12 @@ class Agent:
             leasing = asyncio.create_task(self._lease_loop(ctx, stop), name="agent:lease")
             self.session_host = SessionHost(ctx, self.gpus)
             hosting = asyncio.create_task(self.session_host.run(stop), name="agent:sessions")
+            benchmarking = asyncio.create_task(self._benchmarks(stop), name="agent:benchmarks")
             self.online.set()
             await stop.wait()
+            benchmarking.cancel()  # a run in progress is dropped, its child killed
+            with contextlib.suppress(asyncio.CancelledError):
+                await benchmarking
             await hosting
             leasing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -262,7 +280,23 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    async def _benchmarks(self, stop: asyncio.Event) -> None:
+        if not self.settings.benchmarks:
+            return
+        assert self.node_id is not None
+        try:
+            await self.benchmarks.run(
+                stop,
+                node_id=self.node_id,
+                gpus=[g.info for g in self.gpus],
+                client=self.client,
+                busy=self.busy,
+            )
+        except Exception:  # a benchmark must never take the agent down
+            log.exception("benchmarks stopped")
+
     async def _heartbeats(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             beat = wire.Heartbeat(
                 telemetry=await asyncio.to_thread(gpu_module.telemetry, self.nvml, self.gpus),
@@ -271,6 +305,7 @@ class Agent:
                     for job in self.jobs.values()
                 ],
             )
+            asked_at = loop.time()
             try:
                 ack = await self.client.heartbeat(beat)
             except Exception as exc:
@@ -279,6 +314,7 @@ class Agent:
                 )
             else:
                 self.heartbeat_interval = ack.heartbeat_interval_sec
+                self.benchmarks.heard(ack.run_benchmark, asked_at)
                 for status in ack.leases:
                     job = self.jobs.get(status.invoke_id)
                     if job is None:

@@ -61,6 +61,9 @@ class AgentProcess:
                 "PYTHONUNBUFFERED": "1",
                 "GPUSHARE_AGENT_LEASE_WAIT_SEC": "2",
                 "GPUSHARE_AGENT_DRAIN_TIMEOUT_SEC": "1",
+                # Tests that are not about benchmarks keep the CPU for what they test;
+                # tests/e2e/test_benchmarks.py turns them on.
+                "GPUSHARE_AGENT_BENCHMARKS": "0",
                 **(env or {}),
             },
         )

@@ -30,6 +30,7 @@ STREAMING = [
     re.compile(r"^/v1/agent/invokes/[^/]+/(outputs|checkpoint)$"),
     re.compile(r"^/v1/gpu/sessions/[^/]+/forward$"),
     re.compile(r"^/console/artifacts/upload$"),  # the browser's upload: the same limits
+    re.compile(r"^/v1/agent/benchmarks/upload$"),  # read and dropped, bounded there
 ]
 RESULT_REPORT = re.compile(r"^/v1/agent/invokes/[^/]+/result$")
 NUL_ESCAPE = b"\\u0000"

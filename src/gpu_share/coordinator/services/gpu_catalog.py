@@ -2,8 +2,14 @@
 
 Applications name a model from here (or "other"); benchmarks score a GPU against its
 model's figures. Sources: NVIDIA's datasheets for each product (SXM variants where a
-model has several).
+model has several). `VARIANTS` adds the PCIe and NVL cards of a supported model, which
+NVML names apart and which are slower by design: benchmarks hold each to its own
+figures. `match` turns what NVML calls a GPU into one of these; `CPU_BASELINE` is what
+a CPU node is compared with (docs/benchmarks.md).
 """
+
+import re
+from dataclasses import dataclass
 
 from gpu_share.protocol.provider_applications import OTHER_MODEL, GpuModelInfo
 
@@ -90,7 +96,96 @@ SUPPORTED: tuple[GpuModelInfo, ...] = (
     ),
 )
 
+VARIANTS: tuple[GpuModelInfo, ...] = (
+    GpuModelInfo(
+        id="h100-pcie-80gb",
+        name="NVIDIA H100 PCIe 80GB",
+        vram_gb=80,
+        fp32_tflops=51.2,
+        fp16_tflops=756.0,
+        tf32_tflops=378.0,
+        bf16_tflops=756.0,
+        memory_bandwidth_gbs=2000.0,
+    ),
+    GpuModelInfo(
+        id="h100-nvl-94gb",
+        name="NVIDIA H100 NVL 94GB",
+        vram_gb=94,
+        fp32_tflops=60.0,
+        fp16_tflops=835.0,
+        tf32_tflops=417.5,
+        bf16_tflops=835.0,
+        memory_bandwidth_gbs=3900.0,
+    ),
+    GpuModelInfo(
+        id="h200-nvl-141gb",
+        name="NVIDIA H200 NVL 141GB",
+        vram_gb=141,
+        fp32_tflops=60.0,
+        fp16_tflops=835.0,
+        tf32_tflops=417.5,
+        bf16_tflops=835.0,
+        memory_bandwidth_gbs=4800.0,
+    ),
+    GpuModelInfo(
+        id="a100-pcie-80gb",
+        name="NVIDIA A100 PCIe 80GB",
+        vram_gb=80,
+        fp32_tflops=19.5,
+        fp16_tflops=312.0,
+        tf32_tflops=156.0,
+        bf16_tflops=312.0,
+        memory_bandwidth_gbs=1935.0,
+    ),
+)
+
 BY_ID = {model.id: model for model in SUPPORTED}
+REFERENCES = {model.id: model for model in (*SUPPORTED, *VARIANTS)}
+
+# What NVML calls each card (nvmlDeviceGetName), first match wins; e.g. "NVIDIA H100 80GB
+# HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-40GB", "NVIDIA GeForce RTX 4090". Names
+# not here (an L40, an RTX 4090 D, a laptop part) have no reference figures.
+_NVML_NAMES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), model_id)
+    for pattern, model_id in (
+        (r"\bH100\b.*\bPCIe\b", "h100-pcie-80gb"),
+        (r"\bH100\b.*\bNVL\b", "h100-nvl-94gb"),
+        (r"\bH100\b(?!.*\b(PCIe|NVL)\b)", "h100-80gb"),
+        (r"\bH200\b.*\bNVL\b", "h200-nvl-141gb"),
+        (r"\bH200\b", "h200-141gb"),
+        (r"\bA100\b.*\b80GB\b.*\bPCIe\b|\bA100-PCIE-80GB\b", "a100-pcie-80gb"),
+        (r"\bA100\b.*\b80GB\b", "a100-80gb"),
+        (r"\bA100\b.*\b40GB\b", "a100-40gb"),
+        (r"\bL40S\b", "l40s-48gb"),
+        (r"\bL4\b", "l4-24gb"),
+        (r"\bRTX 4090\b(?!\s*(D\b|Laptop))", "rtx-4090-24gb"),
+        (r"\bRTX A6000\b", "rtx-a6000-48gb"),
+    )
+)
+A100_80GB_MIN_MB = 50_000  # an A100 whose name gives no size: its memory tells
+
+
+def match(nvml_name: str, vram_mb: int = 0) -> GpuModelInfo | None:
+    """The reference figures for the card NVML names; None for a card not in the table."""
+    for pattern, model_id in _NVML_NAMES:
+        if pattern.search(nvml_name):
+            return REFERENCES[model_id]
+    if re.search(r"\bA100\b", nvml_name, re.IGNORECASE):
+        return REFERENCES["a100-80gb" if vram_mb >= A100_80GB_MIN_MB else "a100-40gb"]
+    return None
+
+
+@dataclass(frozen=True)
+class CpuBaseline:
+    """A CPU node's reference: one AVX2 server core at about 2.5 GHz (80 GFLOP/s float32
+    peak, 64 in numpy's multiply), and one core's copy of 10 GB/s (read + write)."""
+
+    name: str = "one AVX2 server core at ~2.5 GHz"
+    matmul_gflops_per_core: float = 64.0
+    memory_bandwidth_gbs: float = 10.0
+
+
+CPU_BASELINE = CpuBaseline()
 
 
 def is_known(model_id: str) -> bool:
@@ -100,5 +195,5 @@ def is_known(model_id: str) -> bool:
 def display_name(model_id: str, other: str | None = None) -> str:
     if model_id == OTHER_MODEL:
         return f"{other} (other)"
-    model = BY_ID.get(model_id)
+    model = REFERENCES.get(model_id)
     return model.name if model else model_id

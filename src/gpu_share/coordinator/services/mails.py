@@ -1,6 +1,7 @@
-"""The words of every mail the platform sends about an application (plain text)."""
+"""The words of every mail the platform sends (plain text): about an application, and
+about a benchmark that delists or relists a GPU."""
 
-from gpu_share.coordinator.core.orm import ProviderApplicationRow
+from gpu_share.coordinator.core.orm import ProviderApplicationRow, ProviderRow
 from gpu_share.coordinator.services.outbox import Mail
 
 SIGNATURE = "\n-- \nGPU Share\n"
@@ -60,4 +61,41 @@ def info_requested(row: ProviderApplicationRow, status_url: str) -> Mail:
         body=_hello(row) + "to finish reviewing your application we need more information:\n\n"
         f"{row.message}\n\n"
         f"Please update your application here:\n{status_url}\n" + SIGNATURE,
+    )
+
+
+# Benchmarks (SPEC §3.3): a GPU (or a CPU node) delisted by its benchmark, and relisted.
+
+
+def _hello_provider(provider: ProviderRow) -> str:
+    return f"Hello {provider.name},\n\n"
+
+
+def benchmark_delisted(
+    provider: ProviderRow, hostname: str, what: str, reason: str, page_url: str
+) -> Mail:
+    return Mail(
+        to=provider.email,
+        subject=f"{what} on {hostname} is delisted after its benchmark",
+        body=_hello_provider(provider)
+        + f"the latest benchmark of {what} on {hostname} did not pass, so it takes no new "
+        "work and is hidden from the marketplace until a benchmark passes.\n\n"
+        f"What failed:\n{reason}\n\n"
+        "Check for throttling (temperature, power limits), other processes on the GPU, and "
+        "the driver. The agent benchmarks again every day; an admin can ask for a run "
+        "sooner. The figures and their references:\n"
+        f"{page_url}\n" + SIGNATURE,
+    )
+
+
+def benchmark_relisted(
+    provider: ProviderRow, hostname: str, what: str, score: float, page_url: str
+) -> Mail:
+    return Mail(
+        to=provider.email,
+        subject=f"{what} on {hostname} is listed again",
+        body=_hello_provider(provider)
+        + f"{what} on {hostname} passed its latest benchmark (score {score:.2f}), so it is "
+        "listed again and takes work.\n\n"
+        f"The figures:\n{page_url}\n" + SIGNATURE,
     )

@@ -20,6 +20,7 @@ from gpu_share.coordinator.core.errors import ApiError, NotFound
 from gpu_share.coordinator.core.ids import is_id
 from gpu_share.coordinator.services import (
     accounts,
+    benchmarks,
     nodes,
     outbox,
     overview,
@@ -371,6 +372,25 @@ async def nodes_page(signed: SignedAdmin, provider: str = "") -> Response:
         listed = [n for n in listed if owners[n.id].provider_id == of.id]
     listed.sort(key=lambda n: (NODE_ORDER.get(n.status, 3), owners[n.id].hostname, n.id))
     return browser.render("admin/nodes.html", nodes=listed, owners=owners, provider=of)
+
+
+@router.post("/nodes/{node_id}/benchmark")
+async def request_benchmark(node_id: str, signed: SignedAdmin) -> Response:
+    """The node benchmarks itself when next idle; its heartbeat answers say so till then."""
+    browser, _ = signed
+    await form_of(browser)
+    try:
+        if not is_id("nod", node_id):
+            raise NotFound(f"node {node_id} does not exist")
+        async with browser.replica.db.write() as db:
+            await benchmarks.request(db, node_id, browser.now())
+    except NotFound as exc:
+        return _not_found(browser, exc.message)
+    return browser.redirect(
+        f"/admin/nodes#{node_id}",
+        flash=f"Benchmarks requested for node {node_id}: it runs them once it has no job "
+        "and no session, and reports the scores.",
+    )
 
 
 # Keys
