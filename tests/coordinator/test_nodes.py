@@ -25,6 +25,7 @@ async def test_registered_node_is_listed_online_with_its_gpus(
             "driver_version": "550.54.15",
             "cuda_version": "12.4",
             "benchmark_score": None,
+            "listed": True,
         }
     ]
     assert node["runtimes"] == ["onnx_cpu", "onnx_cuda"]

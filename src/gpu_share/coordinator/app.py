@@ -24,6 +24,7 @@ from gpu_share.coordinator.api import (
     agent_sessions,
     applications,
     artifacts,
+    benchmarks,
     docs,
     health,
     install,
@@ -32,6 +33,7 @@ from gpu_share.coordinator.api import (
     offers,
     provider,
     provider_applications,
+    reliability,
     sessions,
 )
 from gpu_share.coordinator.api.limits import RequestLimitMiddleware, limits_of
@@ -242,10 +244,12 @@ def create_app(
         applications,
         agent,
         agent_sessions,
+        benchmarks,
         admin,
         admin_providers,
         provider_applications,
         provider,
+        reliability,
         install,
     ):
         app.include_router(module.router)

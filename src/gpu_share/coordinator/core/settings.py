@@ -100,7 +100,7 @@ class Settings(BaseSettings):
     mail_interval_sec: float = Field(default=5.0, gt=0)
 
     reliability_interval_sec: float = Field(
-        default=60.0, gt=0, description="How often reliability scores are recomputed"
+        default=300.0, gt=0, description="How often reliability scores are recomputed"
     )
 
     sqlite_busy_timeout_ms: int = Field(default=10_000, ge=0)

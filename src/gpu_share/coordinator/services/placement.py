@@ -12,9 +12,9 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
+from gpu_share.coordinator.services.schedules import availability_of
 from gpu_share.protocol.nodes import NodeStatus, SandboxKind, Tier
 from gpu_share.protocol.runtimes import RuntimeName
-from gpu_share.protocol.schedules import Availability
 
 MICRO = 1_000_000
 
@@ -112,9 +112,7 @@ def requirements_of(body: PlacementRequest, gpus: int = 1) -> Requirements:
 
 def in_window(node: NodeRow, now: datetime) -> bool:
     """Inside the provider's declared weekly windows (24/7 when none are declared)."""
-    if node.availability is None:
-        return True
-    return Availability.model_validate(node.availability).open_at(now)
+    return availability_of(node).open_at(now)
 
 
 def listed_gpu(node: NodeRow, gpu: dict[str, Any]) -> bool:

@@ -18,12 +18,6 @@ LIVE_EVERY_SEC = 5
 
 # The tabs and, until their issue lands, what each honestly says it does not have yet.
 TABS = {
-    "benchmarks": (
-        "Benchmarks",
-        "No benchmark has run yet",
-        "The platform will benchmark each GPU automatically (compute, memory bandwidth, "
-        "network, storage) and show its score here.",
-    ),
     "pricing": (
         "Pricing",
         "No prices set yet",
@@ -41,12 +35,6 @@ TABS = {
         "No payouts yet",
         "You will choose weekly or monthly payouts in USDC on Solana or by bank transfer "
         "here, and see each payout's transaction.",
-    ),
-    "performance": (
-        "Performance",
-        "No reliability score yet",
-        "Your reliability score (uptime in your declared hours, jobs finished without "
-        "provider-side failures, benchmark stability) will appear here with its parts.",
     ),
 }
 
