@@ -6,6 +6,12 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
+from gpu_share.protocol.reliability import (
+    CompletionEvidence,
+    Reliability,
+    StabilityEvidence,
+    UptimeEvidence,
+)
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import ADMIN, TenantHandle
@@ -18,6 +24,30 @@ async def offers(client: httpx.AsyncClient, tenant: TenantHandle, **params: Any)
     assert response.status_code == 200, response.text
     listed: list[Any] = response.json()
     return listed
+
+
+def published(score: float, uptime: float) -> dict[str, Any]:
+    """A score as the reliability loop stores it (its evidence is not what is tested here)."""
+    return Reliability(
+        score=score,
+        uptime=uptime,
+        completion=score,
+        stability=1.0,
+        uptime_evidence=UptimeEvidence(
+            hours_in_windows=0, hours_online=0, weighted_hours=0, weighted_offline_hours=0
+        ),
+        completion_evidence=CompletionEvidence(
+            jobs_counted=0,
+            jobs_completed=0,
+            provider_failures=0,
+            weighted_jobs=0,
+            weighted_failures=0,
+        ),
+        stability_evidence=StabilityEvidence(runs_counted=0, weighted_runs=0, weighted_drop=0),
+        half_life_days=7,
+        lookback_days=30,
+        computed_at="2026-01-01T00:00:00Z",
+    ).model_dump(mode="json")
 
 
 async def test_offers_filter_sort_and_show_their_scores(
@@ -36,10 +66,10 @@ async def test_offers_filter_sort_and_show_their_scores(
         gpu,
         tier="enterprise",
         price_per_gpu_hour_micro=2_000_000,
-        reliability={"score": 0.97, "uptime": 0.99},
+        reliability=published(0.97, uptime=0.99),
         benchmark_state={"gpus": {H100.uuid: {"score": 0.93, "passed": True}}},
     )
-    await set_node(app, cpu, reliability={"score": 0.6})
+    await set_node(app, cpu, reliability=published(0.6, uptime=0.6))
     everything = await offers(client, tenant)
     assert [o["node_id"] for o in everything] == [gpu.node_id, cpu.node_id]  # by rank
     top = everything[0]

@@ -1,10 +1,20 @@
 """The marketplace page of the tenant console, in a real browser."""
 
+import asyncio
 from pathlib import Path
 
+import pytest
+
+from gpu_share.coordinator.core.settings import Settings
 from gpu_share.testing.live import Live
 from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
 from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    settings.reliability_interval_sec = 0.2  # scored within the test, not after minutes
+    return settings
 
 
 def key_of(live: Live) -> str:
@@ -22,7 +32,13 @@ async def test_the_marketplace_lists_offers_and_filters_them(
     await page.get_by_role("link", name="Marketplace").click()
     table = page.locator("main table")
     assert agent.node_id is not None and agent.node_id in await table.inner_text()
-    assert "not yet scored" in await table.inner_text()
+    for _ in range(100):  # the reliability loop scores the new node: neutral, with its parts
+        if "uptime" in await table.inner_text():
+            break
+        await asyncio.sleep(0.1)
+        await page.reload()
+    row = await table.locator("tbody tr").first.inner_text()
+    assert "0.90" in row and "uptime 0.90 · jobs 0.90 · stability 0.90" in row, row
     await screenshot(page, tmp_path, "tenant-marketplace")
 
     await page.get_by_label("Region").fill("us-east")

@@ -1,9 +1,11 @@
 """The provider's Performance tab and schedule editor, over HTTP as a signed-in browser
 sends it (cookie and CSRF token), against a real coordinator and database."""
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -21,7 +23,7 @@ from tests.coordinator.test_reliability import (
     run_scores,
     set_node,
 )
-from tests.web.conftest import signed_in_client
+from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
 from tests.web.test_provider_pages import approved_provider
 
 
@@ -29,6 +31,12 @@ def csrf_of(html: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', html)
     assert found is not None
     return found.group(1)
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    settings.reliability_interval_sec = 0.2  # scored within the test, not after minutes
+    return settings
 
 
 @pytest.fixture
@@ -91,6 +99,43 @@ async def test_the_performance_tab_shows_each_machine_its_components_and_their_h
     assert "No reliability score yet" not in text
     for agent in (steady, flaky):
         await agent.aclose()
+
+
+async def test_a_real_agents_benchmarks_and_score_in_a_browser(
+    live: Live, browsing: Browsing, settings: Settings, tmp_path: Path
+) -> None:
+    """A real agent process benchmarks itself; the provider sees its figures on the
+    Benchmarks tab and its neutral first score, parts and charts on the Performance tab."""
+    key, token = await approved_provider(live)
+    live.enrollment_token = token
+    live.agent(
+        "bench", env={"GPUSHARE_AGENT_BENCHMARKS": "1", "GPUSHARE_AGENT_BENCHMARK_QUIET_SEC": "0"}
+    )
+    page = browsing.page
+    await sign_in(page, live.base_url, key)
+    await page.get_by_role("link", name="Benchmarks").click()
+    machine = page.locator("section.machine")
+    for _ in range(600):  # the agent starts, then runs its CPU suite: a deadline, not a timing
+        if await machine.count() and "Last run" in await machine.inner_text():
+            break
+        await asyncio.sleep(0.25)
+        await page.reload()
+    text = await machine.inner_text()
+    assert "CPU matmul" in text and "GFLOP/s" in text and "passed" in text, text
+    await screenshot(page, tmp_path, "provider-benchmarks")
+
+    await page.get_by_role("link", name="Performance").click()
+    for _ in range(100):  # the reliability loop runs every 0.2 s here
+        if "No reliability score yet" not in await page.locator("main").inner_text():
+            break
+        await asyncio.sleep(0.1)
+        await page.reload()
+    main = await page.locator("main").inner_text()
+    assert "0.90" in main and "bench" in main, main
+    assert await page.locator("svg.spark").count() == 0  # minutes old: no line to draw yet
+    assert await page.get_by_text("Charts of each score by day appear here").is_visible()
+    await screenshot(page, tmp_path, "provider-performance")
+    assert browsing.outside == []
 
 
 async def test_the_schedule_editor_saves_windows_and_says_what_to_fix(live: Live) -> None:

@@ -2,10 +2,10 @@
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel, Field
 
+from gpu_share.protocol.reliability import Reliability
 from gpu_share.protocol.runtimes import RuntimeName
 
 MAX_GPUS = 64  # per node
@@ -97,7 +97,7 @@ class Node(BaseModel):
     reliability_score: float | None = Field(
         description="0..1; null until the node has a history to score"
     )
-    reliability: dict[str, Any] | None = Field(
+    reliability: Reliability | None = Field(
         default=None,
         description="The score's components and their evidence (docs/reliability.md)",
     )

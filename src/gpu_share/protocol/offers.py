@@ -2,11 +2,11 @@
 
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel, Field
 
 from gpu_share.protocol.nodes import NodeStatus, SandboxKind, Tier
+from gpu_share.protocol.reliability import Reliability
 from gpu_share.protocol.runtimes import RuntimeName
 
 
@@ -41,7 +41,7 @@ class Offer(BaseModel):
     free_slots: int
     price_per_gpu_hour: str | None = Field(description="USDC; null: the provider set none")
     reliability_score: float | None
-    reliability: dict[str, Any] | None = Field(description="The score's components")
+    reliability: Reliability | None = Field(description="The score's components")
     benchmark_score: float | None
     rank: float = Field(description="The placement rank; higher is placed first")
     rank_components: dict[str, float]

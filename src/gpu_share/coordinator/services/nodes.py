@@ -22,6 +22,7 @@ from gpu_share.coordinator.services.placement import (
     reliability_of,
     serves,
 )
+from gpu_share.coordinator.services.reliability import stored
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.accounts import Role
 from gpu_share.protocol.nodes import (
@@ -144,7 +145,7 @@ def to_wire(row: NodeRow, status: NodeStatus, running: int, now: datetime) -> No
         ram_mb=row.ram_mb,
         price_per_gpu_hour=price_text(row.price_per_gpu_hour_micro),
         reliability_score=reliability_of(row),
-        reliability=row.reliability,
+        reliability=stored(row.reliability),
         available_now=in_window(row, now),
         running_jobs=running,
         max_concurrent_jobs=row.max_concurrent_jobs,

@@ -17,6 +17,7 @@ from gpu_share.coordinator.services.placement import (
     reliability_of,
     serves,
 )
+from gpu_share.coordinator.services.reliability import stored
 from gpu_share.protocol.nodes import SandboxKind, Tier
 from gpu_share.protocol.offers import Offer, OfferGpus, OfferQuery, OfferSort
 from gpu_share.protocol.runtimes import RuntimeName
@@ -82,7 +83,7 @@ def to_offer(node: NodeRow, running: int, now: datetime, settings: Settings) -> 
         free_slots=max(0, node.max_concurrent_jobs - running),
         price_per_gpu_hour=nodes.price_text(node.price_per_gpu_hour_micro),
         reliability_score=reliability_of(node),
-        reliability=node.reliability,
+        reliability=stored(node.reliability),
         benchmark_score=ranking.benchmark_score(node),
         rank=ranking.rank(node),
         rank_components=ranking.components(node),
