@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import socket
 import sys
 from dataclasses import dataclass
@@ -84,8 +85,12 @@ async def _upload_examples(base_url: str, tenant_key: str) -> dict[str, Example]
 async def _up(args: argparse.Namespace) -> int:
     from gpu_share.coordinator.core.settings import Settings
 
-    overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
-    settings = Settings(**overrides)
+    overrides: dict[str, object] = {
+        k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None
+    }
+    if "GPUSHARE_BILLING" not in os.environ:
+        overrides["billing"] = "free"  # one machine, its owner's: nothing to charge (SPEC §4.4)
+    settings = Settings(**overrides)  # type: ignore[arg-type]
     try:
         sock = listen_on(settings.host, settings.port)
     except CannotListen as exc:

@@ -150,6 +150,11 @@ class ProviderRow(Base):
     claim_expires_at: Mapped[datetime | None]
     claimed_at: Mapped[datetime | None]
     reliability: Mapped[dict[str, Any] | None]  # over all its nodes, as last computed
+    # Payouts (SPEC §3.6): protocol.payouts.PayoutMethod as stored, and the schedule.
+    payout_method: Mapped[dict[str, Any] | None]
+    payout_schedule: Mapped[str] = mapped_column(
+        String(16), default="weekly", server_default=text("'weekly'")
+    )
 
 
 class EnrollmentTokenRow(Base):
@@ -249,6 +254,13 @@ class InvokeRow(Base):
     error_code: Mapped[str | None] = mapped_column(String(40))
     error_message: Mapped[str | None] = mapped_column(Text)
 
+    # Billing (micro-USDC): the tenant's cap, what is held for the most it can cost, the
+    # rate fixed at placement (per hour, all its GPUs), and what it cost once settled.
+    max_cost_micro: Mapped[int | None] = mapped_column(BigInteger)
+    reserved_micro: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    rate_micro_per_hour: Mapped[int | None] = mapped_column(BigInteger)
+    cost_micro: Mapped[int | None] = mapped_column(BigInteger)
+
 
 class InvokeLogRow(Base):
     """The job's log in pieces, in the order the agent sent them."""
@@ -293,6 +305,13 @@ class SessionRow(Base):
     forward_count: Mapped[int] = mapped_column(BigInteger, default=0)
     error_code: Mapped[str | None] = mapped_column(String(40))
     error_message: Mapped[str | None] = mapped_column(Text)
+
+    # Billing (micro-USDC), as on invokes; a session is charged for the time it is held,
+    # up to `billed_until` so far.
+    reserved_micro: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    rate_micro_per_hour: Mapped[int | None] = mapped_column(BigInteger)
+    cost_micro: Mapped[int | None] = mapped_column(BigInteger)
+    billed_until: Mapped[datetime | None]
 
 
 class RateLimitRow(Base):
@@ -400,3 +419,80 @@ class NodePresenceRow(Base):
     )
     bucket_start: Mapped[datetime] = mapped_column(primary_key=True)
     beats: Mapped[int] = mapped_column(Integer)
+
+
+class ProviderPriceRow(Base):
+    """A provider's rate for one GPU model (SPEC §3.4); applies to work placed after it."""
+
+    __tablename__ = "provider_prices"
+
+    provider_id: Mapped[str] = mapped_column(ForeignKey("providers.id"), primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(200), primary_key=True)  # or "cpu"
+    price_micro_per_hour: Mapped[int] = mapped_column(BigInteger)  # per GPU
+    spot_discount_bps: Mapped[int] = mapped_column(Integer)  # 3000..7000
+    updated_at: Mapped[datetime]
+
+
+class LedgerAccountRow(Base):
+    """One account of the double-entry books, with its balance kept by every posting."""
+
+    __tablename__ = "ledger_accounts"
+
+    id: Mapped[str] = mapped_column(String(120), primary_key=True)  # kind:owner
+    kind: Mapped[str] = mapped_column(String(32))
+    owner_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    balance_micro: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime]
+
+
+class LedgerTransactionRow(Base):
+    """A balanced set of entries, posted once for its cause (the unique key)."""
+
+    __tablename__ = "ledger_transactions"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    cause: Mapped[str] = mapped_column(String(200), unique=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    details: Mapped[dict[str, Any]]  # what it was for: invoke, node, GPU model, seconds…
+
+
+class LedgerEntryRow(Base):
+    __tablename__ = "ledger_entries"
+    __table_args__ = (Index(None, "account_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    transaction_id: Mapped[str] = mapped_column(ForeignKey("ledger_transactions.id"), index=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("ledger_accounts.id"))
+    amount_micro: Mapped[int] = mapped_column(BigInteger)  # the books sum to zero
+    created_at: Mapped[datetime]
+
+
+class PayoutBatchRow(Base):
+    """The payouts one scheduled run made, exported together for execution."""
+
+    __tablename__ = "payout_batches"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    period: Mapped[str] = mapped_column(String(40), unique=True)  # once per period
+    created_at: Mapped[datetime]
+    exported_at: Mapped[datetime | None]
+
+
+class PayoutRow(Base):
+    """Money on its way to a provider: pending → paid (with its reference) or failed."""
+
+    __tablename__ = "payouts"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    provider_id: Mapped[str] = mapped_column(ForeignKey("providers.id"), index=True)
+    batch_id: Mapped[str | None] = mapped_column(ForeignKey("payout_batches.id"), index=True)
+    amount_micro: Mapped[int] = mapped_column(BigInteger)
+    method: Mapped[dict[str, Any]]  # the provider's method when the payout was made
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    created_at: Mapped[datetime]
+    settled_at: Mapped[datetime | None]
+    reference: Mapped[str | None] = mapped_column(String(200))
+    failure_reason: Mapped[str | None] = mapped_column(Text)

@@ -23,6 +23,16 @@ class SmtpSecurity(StrEnum):
     NONE = "none"  # only for a relay on the same host or a test server
 
 
+class BillingMode(StrEnum):
+    PREPAID = "prepaid"  # tenants spend a balance admins top up; 402 when it cannot cover
+    FREE = "free"  # nothing is charged (the embedded `gpu-share up`, unless configured)
+
+
+class PayoutSchedule(StrEnum):
+    WEEKLY = "weekly"  # Mondays, only above payout_minimum
+    MONTHLY = "monthly"  # the first business day
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUSHARE_", extra="ignore")
 
@@ -101,6 +111,17 @@ class Settings(BaseSettings):
 
     reliability_interval_sec: float = Field(
         default=300.0, gt=0, description="How often reliability scores are recomputed"
+    )
+
+    billing: BillingMode = BillingMode.PREPAID
+    commission_bps: int = Field(
+        default=1_500, ge=0, le=5_000, description="The platform's share of each charge, in 1/100 %"
+    )
+    payout_minimum_micro: int = Field(
+        default=10_000_000, ge=0, description="A weekly payout is made only above this (micro-USDC)"
+    )
+    payout_interval_sec: float = Field(
+        default=3_600.0, gt=0, description="How often the payout loop looks for a due period"
     )
 
     sqlite_busy_timeout_ms: int = Field(default=10_000, ge=0)

@@ -13,7 +13,6 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.accounts import issue_key
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES
 from gpu_share.coordinator.services.placement import (
-    MICRO,
     Requirements,
     in_window,
     listed_gpu,
@@ -25,6 +24,7 @@ from gpu_share.coordinator.services.placement import (
 from gpu_share.coordinator.services.reliability import stored
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.accounts import Role
+from gpu_share.protocol.money import usdc_text
 from gpu_share.protocol.nodes import (
     GpuInfo,
     Node,
@@ -112,10 +112,7 @@ def known(row: NodeRow) -> list[RuntimeName]:
 
 
 def price_text(micro: int | None) -> str | None:
-    if micro is None:
-        return None
-    whole, frac = divmod(micro, MICRO)
-    return f"{whole}.{frac:06d}".rstrip("0").rstrip(".") if frac else str(whole)
+    return None if micro is None else usdc_text(micro)
 
 
 def gpu_benchmark_score(row: NodeRow, gpu: dict[str, Any]) -> float | None:

@@ -10,7 +10,6 @@ from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services import nodes, ranking
 from gpu_share.coordinator.services.placement import (
-    MICRO,
     Requirements,
     listed_gpu,
     node_status,
@@ -18,6 +17,7 @@ from gpu_share.coordinator.services.placement import (
     serves,
 )
 from gpu_share.coordinator.services.reliability import stored
+from gpu_share.protocol.money import MICRO
 from gpu_share.protocol.nodes import SandboxKind, Tier
 from gpu_share.protocol.offers import Offer, OfferGpus, OfferQuery, OfferSort
 from gpu_share.protocol.runtimes import RuntimeName

@@ -13,10 +13,9 @@ from typing import Any, Protocol
 
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
 from gpu_share.coordinator.services.schedules import availability_of
+from gpu_share.protocol.money import MICRO, usdc_text
 from gpu_share.protocol.nodes import NodeStatus, SandboxKind, Tier
 from gpu_share.protocol.runtimes import RuntimeName
-
-MICRO = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class Requirements:
         if self.tier:
             parts.append(f"tier {self.tier}")
         if self.max_price_micro is not None:
-            parts.append(f"max_price_per_gpu_hour {self.max_price_micro / MICRO:g}")
+            parts.append(f"max_price_per_gpu_hour {usdc_text(self.max_price_micro)}")
         if self.isolated_only:
             parts.append("isolated_only")
         if self.min_reliability is not None:

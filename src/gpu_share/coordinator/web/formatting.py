@@ -4,7 +4,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-MICRO = 1_000_000
+from gpu_share.protocol.money import usdc_text
 
 
 def when(moment: datetime | None) -> str:
@@ -42,10 +42,7 @@ def megabytes(mb: int | None) -> str:
 
 
 def usdc(micro: int | None) -> str:
-    if micro is None:
-        return "—"
-    whole, frac = divmod(micro, MICRO)
-    return f"{whole}.{frac:06d}".rstrip("0").rstrip(".") + " USDC"
+    return "—" if micro is None else usdc_text(micro) + " USDC"
 
 
 def label(value: Any) -> str:

@@ -1,0 +1,251 @@
+"""The double-entry books (SPEC §3.6): every movement of money is one balanced
+transaction, posted exactly once for its cause.
+
+Amounts are integer micro-USDC. Each transaction's entries sum to zero, so the whole
+book does too; an account's balance is the sum of its entries, kept in the account
+row by the same transaction that posts them. Accounts that hold someone's money
+(a tenant's balance and reserve, a provider's pending earnings, payouts in transit)
+never go below zero: a posting that would overdraw one fails whole with
+`InsufficientBalance`, under any concurrency, because the balance is changed by a
+guarded UPDATE. The outside world's account is where top-ups come from and paid
+payouts go; it is the only one that runs negative.
+
+`post` is idempotent by `cause` (for example ``invoke:inv_…:settle``): a second post
+of the same cause, after a retry, a replayed request or a restart halfway through the
+work that caused it, changes nothing and returns False.
+"""
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.core.db import upsert
+from gpu_share.coordinator.core.errors import InsufficientBalance
+from gpu_share.coordinator.core.ids import new_id
+from gpu_share.coordinator.core.orm import (
+    LedgerAccountRow,
+    LedgerEntryRow,
+    LedgerTransactionRow,
+)
+from gpu_share.protocol.money import usdc_text
+
+
+class AccountKind(StrEnum):
+    TENANT_BALANCE = "tenant_balance"  # prepaid credit a tenant can spend
+    TENANT_RESERVED = "tenant_reserved"  # held for running work's most it can cost
+    PROVIDER_PENDING = "provider_pending"  # earned, not yet paid out
+    PAYOUTS_IN_TRANSIT = "payouts_in_transit"  # in a payout batch, not yet confirmed paid
+    PLATFORM_COMMISSION = "platform_commission"
+    WORLD = "world"  # outside the platform: top-ups come from it, paid payouts go to it
+
+
+# Accounts that hold someone's money: a posting never takes one below zero.
+NEVER_NEGATIVE = frozenset(
+    {
+        AccountKind.TENANT_BALANCE,
+        AccountKind.TENANT_RESERVED,
+        AccountKind.PROVIDER_PENDING,
+        AccountKind.PAYOUTS_IN_TRANSIT,
+    }
+)
+# Owned by nobody in particular: one account each.
+SHARED = frozenset({AccountKind.PLATFORM_COMMISSION, AccountKind.WORLD})
+
+
+class TransactionKind(StrEnum):
+    TOP_UP = "top_up"  # world → tenant balance
+    RESERVE = "reserve"  # tenant balance → reserved, at submit
+    RELEASE = "release"  # reserved → tenant balance, work that ended without charge
+    CHARGE = "charge"  # reserved (and balance) → provider + commission, the rest released
+    PAYOUT = "payout"  # provider pending → in transit
+    PAYOUT_PAID = "payout_paid"  # in transit → world
+    PAYOUT_FAILED = "payout_failed"  # in transit → provider pending
+
+
+@dataclass(frozen=True)
+class Account:
+    kind: AccountKind
+    owner_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.owner_id is None) != (self.kind in SHARED):
+            raise ValueError(
+                f"{self.kind} accounts {'have no' if self.kind in SHARED else 'need an'} owner"
+            )
+
+    @property
+    def id(self) -> str:
+        return self.kind.value if self.owner_id is None else f"{self.kind.value}:{self.owner_id}"
+
+
+WORLD = Account(AccountKind.WORLD)
+COMMISSION = Account(AccountKind.PLATFORM_COMMISSION)
+
+
+def tenant_balance(tenant_id: str) -> Account:
+    return Account(AccountKind.TENANT_BALANCE, tenant_id)
+
+
+def tenant_reserved(tenant_id: str) -> Account:
+    return Account(AccountKind.TENANT_RESERVED, tenant_id)
+
+
+def provider_pending(provider_id: str) -> Account:
+    return Account(AccountKind.PROVIDER_PENDING, provider_id)
+
+
+def payouts_in_transit(provider_id: str) -> Account:
+    return Account(AccountKind.PAYOUTS_IN_TRANSIT, provider_id)
+
+
+@dataclass(frozen=True)
+class Entry:
+    account: Account
+    amount_micro: int  # positive: into the account
+
+
+def transfer(source: Account, target: Account, amount_micro: int) -> list[Entry]:
+    """`amount_micro` out of `source` into `target`: the simplest balanced pair."""
+    return [Entry(source, -amount_micro), Entry(target, amount_micro)]
+
+
+def split_commission(cost_micro: int, commission_bps: int) -> tuple[int, int]:
+    """(provider's share, platform's commission) of a charge; the commission is rounded
+    down to the micro-USDC, so the two always add up to the charge exactly."""
+    commission = cost_micro * commission_bps // 10_000
+    return cost_micro - commission, commission
+
+
+async def post(
+    session: AsyncSession,
+    *,
+    cause: str,
+    kind: TransactionKind,
+    entries: Iterable[Entry],
+    now: datetime,
+    details: Mapping[str, Any] | None = None,
+) -> bool:
+    """Post one balanced transaction for `cause`, inside the caller's transaction.
+
+    Returns False, changing nothing, when `cause` was posted before. Raises
+    `InsufficientBalance` (changing nothing) when it would take an account that holds
+    someone's money below zero, and ValueError when the entries do not balance.
+    """
+    net: dict[Account, int] = defaultdict(int)
+    for entry in entries:
+        if not isinstance(entry.amount_micro, int) or isinstance(entry.amount_micro, bool):
+            raise ValueError("ledger amounts are integer micro-USDC")
+        net[entry.account] += entry.amount_micro
+    if sum(net.values()) != 0:
+        raise ValueError(f"unbalanced transaction for {cause}: {dict(net)}")
+    moves = sorted(((a, m) for a, m in net.items() if m), key=lambda pair: pair[0].id)
+
+    async with session.begin_nested():  # all of it or none of it, whatever the caller does
+        inserted = await session.execute(
+            upsert(session)(LedgerTransactionRow)
+            .values(
+                id=new_id("txn"),
+                cause=cause,
+                kind=kind.value,
+                created_at=now,
+                details=dict(details or {}),
+            )
+            .on_conflict_do_nothing(index_elements=["cause"])
+            .returning(LedgerTransactionRow.id)
+        )
+        transaction_id = inserted.scalar_one_or_none()
+        if transaction_id is None:
+            return False
+        await _ensure_accounts(session, [a for a, _ in moves], now)
+        for account, amount in moves:  # in id order: concurrent postings lock alike
+            await _move(session, account, amount)
+        if moves:
+            await session.execute(
+                insert(LedgerEntryRow),
+                [
+                    {
+                        "transaction_id": transaction_id,
+                        "account_id": account.id,
+                        "amount_micro": amount,
+                        "created_at": now,
+                    }
+                    for account, amount in moves
+                ],
+            )
+    return True
+
+
+async def _ensure_accounts(session: AsyncSession, accounts: list[Account], now: datetime) -> None:
+    if not accounts:
+        return
+    await session.execute(
+        upsert(session)(LedgerAccountRow)
+        .values(
+            [
+                {
+                    "id": a.id,
+                    "kind": a.kind.value,
+                    "owner_id": a.owner_id,
+                    "balance_micro": 0,
+                    "created_at": now,
+                }
+                for a in accounts
+            ]
+        )
+        .on_conflict_do_nothing(index_elements=["id"])
+    )
+
+
+async def _move(session: AsyncSession, account: Account, amount: int) -> None:
+    statement = (
+        update(LedgerAccountRow)
+        .where(LedgerAccountRow.id == account.id)
+        .values(balance_micro=LedgerAccountRow.balance_micro + amount)
+    )
+    if amount < 0 and account.kind in NEVER_NEGATIVE:
+        statement = statement.where(LedgerAccountRow.balance_micro >= -amount)
+    moved = await session.execute(statement)
+    if moved.rowcount == 1:  # type: ignore[attr-defined]
+        return
+    have = await balance(session, account)
+    raise InsufficientBalance(
+        f"{_WHOSE[account.kind]} holds {usdc_text(have)} USDC; this needs {usdc_text(-amount)}",
+        details={"available": usdc_text(have), "required": usdc_text(-amount)},
+    )
+
+
+_WHOSE = {
+    AccountKind.TENANT_BALANCE: "the balance",
+    AccountKind.TENANT_RESERVED: "the reserve",
+    AccountKind.PROVIDER_PENDING: "the pending earnings",
+    AccountKind.PAYOUTS_IN_TRANSIT: "the payouts in transit",
+}
+
+
+async def balance(session: AsyncSession, account: Account) -> int:
+    found = await session.scalar(
+        select(LedgerAccountRow.balance_micro).where(LedgerAccountRow.id == account.id)
+    )
+    return int(found or 0)
+
+
+async def posted(session: AsyncSession, cause: str) -> bool:
+    found = await session.scalar(
+        select(LedgerTransactionRow.id).where(LedgerTransactionRow.cause == cause)
+    )
+    return found is not None
+
+
+async def books_total(session: AsyncSession) -> tuple[int, int]:
+    """(sum of every entry, sum of every account's balance): both 0 in sound books."""
+    entries = await session.scalar(select(func.coalesce(func.sum(LedgerEntryRow.amount_micro), 0)))
+    balances = await session.scalar(
+        select(func.coalesce(func.sum(LedgerAccountRow.balance_micro), 0))
+    )
+    return int(entries or 0), int(balances or 0)
