@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -66,6 +66,27 @@ class TransactionKind(StrEnum):
     PAYOUT = "payout"  # provider pending → in transit
     PAYOUT_PAID = "payout_paid"  # in transit → world
     PAYOUT_FAILED = "payout_failed"  # in transit → provider pending
+
+
+class ChargeDetails(TypedDict):
+    """`details` of a CHARGE transaction: what the usage page and the earnings tracker read."""
+
+    tenant_id: str
+    provider_id: str
+    node_id: str
+    work: str  # "invoke" or "session"
+    work_id: str  # the invoke's or session's id
+    runtime: str
+    gpu_model: str  # the node's GPU model, or "cpu" for a CPU node
+    gpus: int  # GPUs billed (1 for CPU work)
+    spot: bool
+    seconds: float  # metered time of this charge
+    rate_micro_per_hour: int  # for all billed GPUs together
+    cost_micro: int  # what the tenant paid: provider_micro + commission_micro
+    provider_micro: int
+    commission_micro: int
+    started_at: str  # ISO 8601 UTC: the metered interval
+    ended_at: str
 
 
 @dataclass(frozen=True)
