@@ -44,9 +44,14 @@ async def post(db: Database, cause: str, kind: TransactionKind, entries: list[En
 
 
 async def balances(db: Database) -> dict[str, int]:
+    """Every kept balance, and the shared accounts' summed balances where not zero."""
     async with db.read() as session:
         rows = await session.execute(select(LedgerAccountRow.id, LedgerAccountRow.balance_micro))
-        return dict(rows.all())
+        kept = dict(rows.all())
+        for shared in (WORLD, COMMISSION):
+            if summed := await ledger.balance(session, shared):
+                kept[shared.id] = summed
+        return kept
 
 
 async def test_a_charge_moves_money_once_and_the_books_sum_to_zero(db: Database) -> None:
@@ -163,6 +168,53 @@ async def test_concurrent_spending_never_overdraws(db: Database) -> None:
     money = await balances(db)
     assert money[f"tenant_reserved:{BOB}"] == reserved * 1_000_000
     assert money[f"tenant_balance:{BOB}"] == 9_000_000 - reserved * 1_000_000 >= 0
+    async with db.read() as session:
+        assert await ledger.books_total(session) == (0, 0)
+
+
+async def test_reserving_and_settling_at_once_for_one_tenant_neither_deadlocks_nor_loses(
+    db: Database,
+) -> None:
+    """Reservations (balance → reserve) and settlements (reserve → provider, commission and
+    balance) move money in opposite directions between the same two accounts; run at
+    once they must all complete (no deadlock on PostgreSQL) and add up."""
+    await post(db, "topup", TransactionKind.TOP_UP, transfer(WORLD, tenant_balance(ALICE), 10**9))
+    for n in range(15):
+        await post(
+            db,
+            f"old_{n}:reserve",
+            TransactionKind.RESERVE,
+            transfer(tenant_balance(ALICE), tenant_reserved(ALICE), 2_000_000),
+        )
+
+    async def reserve(n: int) -> bool:
+        return await post(
+            db,
+            f"new_{n}:reserve",
+            TransactionKind.RESERVE,
+            transfer(tenant_balance(ALICE), tenant_reserved(ALICE), 2_000_000),
+        )
+
+    async def settle(n: int) -> bool:
+        provider, commission = split_commission(1_500_000, 1_500)
+        return await post(
+            db,
+            f"old_{n}:settle",
+            TransactionKind.CHARGE,
+            [
+                Entry(tenant_reserved(ALICE), -2_000_000),
+                Entry(provider_pending(FARM), provider),
+                Entry(COMMISSION, commission),
+                Entry(tenant_balance(ALICE), 500_000),
+            ],
+        )
+
+    outcomes = await asyncio.gather(*[f(n) for n in range(15) for f in (reserve, settle)])
+    assert all(outcomes)
+    money = await balances(db)
+    assert money[f"tenant_reserved:{ALICE}"] == 15 * 2_000_000
+    assert money[f"tenant_balance:{ALICE}"] == 10**9 - 15 * 2_000_000 - 15 * 1_500_000
+    assert money[f"provider_pending:{FARM}"] + money["platform_commission"] == 15 * 1_500_000
     async with db.read() as session:
         assert await ledger.books_total(session) == (0, 0)
 

@@ -434,7 +434,7 @@ class ProviderPriceRow(Base):
 
 
 class LedgerAccountRow(Base):
-    """One account of the double-entry books, with its balance kept by every posting."""
+    """The kept balance of an account that holds someone's money (never below zero)."""
 
     __tablename__ = "ledger_accounts"
 
@@ -465,7 +465,8 @@ class LedgerEntryRow(Base):
         BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
     )
     transaction_id: Mapped[str] = mapped_column(ForeignKey("ledger_transactions.id"), index=True)
-    account_id: Mapped[str] = mapped_column(ForeignKey("ledger_accounts.id"))
+    # Not a foreign key: shared accounts (world, commission) have no row (services/ledger.py).
+    account_id: Mapped[str] = mapped_column(String(120))
     amount_micro: Mapped[int] = mapped_column(BigInteger)  # the books sum to zero
     created_at: Mapped[datetime]
 

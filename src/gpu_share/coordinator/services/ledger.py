@@ -2,13 +2,13 @@
 transaction, posted exactly once for its cause.
 
 Amounts are integer micro-USDC. Each transaction's entries sum to zero, so the whole
-book does too; an account's balance is the sum of its entries, kept in the account
-row by the same transaction that posts them. Accounts that hold someone's money
-(a tenant's balance and reserve, a provider's pending earnings, payouts in transit)
-never go below zero: a posting that would overdraw one fails whole with
-`InsufficientBalance`, under any concurrency, because the balance is changed by a
-guarded UPDATE. The outside world's account is where top-ups come from and paid
-payouts go; it is the only one that runs negative.
+book does too. Accounts that hold someone's money (a tenant's balance and reserve, a
+provider's pending earnings, payouts in transit) keep their balance in a row that the
+posting changes in the same database transaction, by a guarded UPDATE: a posting that
+would take one below zero fails whole with `InsufficientBalance`, under any
+concurrency. The shared accounts (the platform's commission, and the outside world,
+where top-ups come from and paid payouts go) keep no row, so that charges do not all
+queue on one; their balance is the sum of their entries.
 
 `post` is idempotent by `cause` (for example ``invoke:inv_…:settle``): a second post
 of the same cause, after a retry, a replayed request or a restart halfway through the
@@ -22,7 +22,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypedDict
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.db import upsert
@@ -155,8 +155,9 @@ async def post(
     """Post one balanced transaction for `cause`, inside the caller's transaction.
 
     Returns False, changing nothing, when `cause` was posted before. Raises
-    `InsufficientBalance` (changing nothing) when it would take an account that holds
-    someone's money below zero, and ValueError when the entries do not balance.
+    `InsufficientBalance`, changing nothing (the caller may carry on), when it would
+    take an account that holds someone's money below zero; ValueError when the entries
+    do not balance or are not integers.
     """
     net: dict[Account, int] = defaultdict(int)
     for entry in entries:
@@ -167,77 +168,92 @@ async def post(
         raise ValueError(f"unbalanced transaction for {cause}: {dict(net)}")
     moves = sorted(((a, m) for a, m in net.items() if m), key=lambda pair: pair[0].id)
 
-    async with session.begin_nested():  # all of it or none of it, whatever the caller does
-        inserted = await session.execute(
-            upsert(session)(LedgerTransactionRow)
-            .values(
-                id=new_id("txn"),
-                cause=cause,
-                kind=kind.value,
-                created_at=now,
-                details=dict(details or {}),
-            )
-            .on_conflict_do_nothing(index_elements=["cause"])
-            .returning(LedgerTransactionRow.id)
+    transaction_id = new_id("txn")
+    inserted = await session.execute(
+        upsert(session)(LedgerTransactionRow)
+        .values(
+            id=transaction_id,
+            cause=cause,
+            kind=kind.value,
+            created_at=now,
+            details=dict(details or {}),
         )
-        transaction_id = inserted.scalar_one_or_none()
-        if transaction_id is None:
-            return False
-        await _ensure_accounts(session, [a for a, _ in moves], now)
-        for account, amount in moves:  # in id order: concurrent postings lock alike
-            await _move(session, account, amount)
-        if moves:
+        .on_conflict_do_nothing(index_elements=["cause"])
+        .returning(LedgerTransactionRow.id)
+    )
+    if inserted.scalar_one_or_none() is None:
+        return False
+    # Balances are kept for the accounts that must not go negative, one row each, in id
+    # order so that concurrent postings lock alike. Shared accounts (world, commission)
+    # keep none: every charge would queue on their one row; their balance is summed.
+    # Kept balances change in account id order, so concurrent postings lock alike; a run
+    # of credits is one statement.
+    kept = [(a, m) for a, m in moves if a.kind not in SHARED]
+    credits: list[tuple[Account, int]] = []
+    for at, (account, amount) in enumerate(kept):
+        if amount > 0:
+            credits.append((account, amount))
+            continue
+        await _credit(session, credits, now)
+        credits = []
+        if not await _take(session, account, -amount):
+            await _credit(session, [(a, -m) for a, m in kept[:at]], now)  # undo, in order
             await session.execute(
-                insert(LedgerEntryRow),
-                [
-                    {
-                        "transaction_id": transaction_id,
-                        "account_id": account.id,
-                        "amount_micro": amount,
-                        "created_at": now,
-                    }
-                    for account, amount in moves
-                ],
+                delete(LedgerTransactionRow).where(LedgerTransactionRow.id == transaction_id)
             )
+            have = await balance(session, account)
+            raise InsufficientBalance(
+                f"{_WHOSE[account.kind]} holds {usdc_text(have)} USDC; "
+                f"this needs {usdc_text(-amount)}",
+                details={"available": usdc_text(have), "required": usdc_text(-amount)},
+            )
+    await _credit(session, credits, now)
+    if moves:
+        await session.execute(
+            insert(LedgerEntryRow),
+            [
+                {
+                    "transaction_id": transaction_id,
+                    "account_id": account.id,
+                    "amount_micro": amount,
+                    "created_at": now,
+                }
+                for account, amount in moves
+            ],
+        )
     return True
 
 
-async def _ensure_accounts(session: AsyncSession, accounts: list[Account], now: datetime) -> None:
-    if not accounts:
-        return
-    await session.execute(
-        upsert(session)(LedgerAccountRow)
-        .values(
-            [
-                {
-                    "id": a.id,
-                    "kind": a.kind.value,
-                    "owner_id": a.owner_id,
-                    "balance_micro": 0,
-                    "created_at": now,
-                }
-                for a in accounts
-            ]
-        )
-        .on_conflict_do_nothing(index_elements=["id"])
-    )
-
-
-async def _move(session: AsyncSession, account: Account, amount: int) -> None:
-    statement = (
+async def _take(session: AsyncSession, account: Account, amount: int) -> bool:
+    """Take `amount` from a kept balance; False, changing nothing, if it has less."""
+    taken = await session.execute(
         update(LedgerAccountRow)
-        .where(LedgerAccountRow.id == account.id)
-        .values(balance_micro=LedgerAccountRow.balance_micro + amount)
+        .where(LedgerAccountRow.id == account.id, LedgerAccountRow.balance_micro >= amount)
+        .values(balance_micro=LedgerAccountRow.balance_micro - amount)
     )
-    if amount < 0 and account.kind in NEVER_NEGATIVE:
-        statement = statement.where(LedgerAccountRow.balance_micro >= -amount)
-    moved = await session.execute(statement)
-    if moved.rowcount == 1:  # type: ignore[attr-defined]
+    return bool(taken.rowcount == 1)  # type: ignore[attr-defined]
+
+
+async def _credit(session: AsyncSession, moves: list[tuple[Account, int]], now: datetime) -> None:
+    """Add to kept balances (which may be negative adjustments when undoing), creating
+    the accounts on first use; one statement."""
+    if not moves:
         return
-    have = await balance(session, account)
-    raise InsufficientBalance(
-        f"{_WHOSE[account.kind]} holds {usdc_text(have)} USDC; this needs {usdc_text(-amount)}",
-        details={"available": usdc_text(have), "required": usdc_text(-amount)},
+    statement = upsert(session)(LedgerAccountRow).values(
+        [
+            {
+                "id": account.id,
+                "kind": account.kind.value,
+                "owner_id": account.owner_id,
+                "balance_micro": amount,
+                "created_at": now,
+            }
+            for account, amount in moves
+        ]
+    )
+    added = LedgerAccountRow.balance_micro + statement.excluded.balance_micro
+    await session.execute(
+        statement.on_conflict_do_update(index_elements=["id"], set_={"balance_micro": added})
     )
 
 
@@ -250,10 +266,17 @@ _WHOSE = {
 
 
 async def balance(session: AsyncSession, account: Account) -> int:
-    found = await session.scalar(
+    if account.kind in SHARED:
+        summed = await session.scalar(
+            select(func.coalesce(func.sum(LedgerEntryRow.amount_micro), 0)).where(
+                LedgerEntryRow.account_id == account.id
+            )
+        )
+        return int(summed or 0)
+    kept = await session.scalar(
         select(LedgerAccountRow.balance_micro).where(LedgerAccountRow.id == account.id)
     )
-    return int(found or 0)
+    return int(kept or 0)
 
 
 async def posted(session: AsyncSession, cause: str) -> bool:
@@ -266,7 +289,6 @@ async def posted(session: AsyncSession, cause: str) -> bool:
 async def books_total(session: AsyncSession) -> tuple[int, int]:
     """(sum of every entry, sum of every account's balance): both 0 in sound books."""
     entries = await session.scalar(select(func.coalesce(func.sum(LedgerEntryRow.amount_micro), 0)))
-    balances = await session.scalar(
-        select(func.coalesce(func.sum(LedgerAccountRow.balance_micro), 0))
-    )
-    return int(entries or 0), int(balances or 0)
+    kept = await session.scalar(select(func.coalesce(func.sum(LedgerAccountRow.balance_micro), 0)))
+    shared = [await balance(session, Account(kind)) for kind in sorted(SHARED)]
+    return int(entries or 0), int(kept or 0) + sum(shared)

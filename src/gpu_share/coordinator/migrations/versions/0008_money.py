@@ -58,7 +58,6 @@ def upgrade() -> None:
     sa.Column('account_id', sa.String(length=120), nullable=False),
     sa.Column('amount_micro', sa.BigInteger(), nullable=False),
     sa.Column('created_at', gpu_share.coordinator.core.orm.UTCDateTime(timezone=True), nullable=False),
-    sa.ForeignKeyConstraint(['account_id'], ['ledger_accounts.id'], name=op.f('fk_ledger_entries_account_id_ledger_accounts')),
     sa.ForeignKeyConstraint(['transaction_id'], ['ledger_transactions.id'], name=op.f('fk_ledger_entries_transaction_id_ledger_transactions')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_ledger_entries'))
     )
