@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from gpu_share.coordinator.services import gpu_catalog
+from gpu_share.coordinator.services.benchmarks import CPU_THRESHOLDS
+from gpu_share.protocol.nodes import Tier
 from gpu_share.testing.factories import create_provider
 from gpu_share.testing.live import AGENT_START_TIMEOUT_SEC, Live
 from tests.web.conftest import signed_in_client
@@ -34,6 +36,14 @@ async def first_run(live: Live, headers: dict[str, str]) -> tuple[str, dict[str,
         await asyncio.sleep(0.25)
 
 
+def should_pass(node: dict[str, Any], tier: Tier) -> bool:
+    """The verdict the thresholds give these figures: a machine this busy (other tests,
+    other processes) may measure below them, and is then rightly delisted."""
+    limits = CPU_THRESHOLDS[tier]
+    counted = [c["score"] for c in node["components"].values() if c["counts"]]
+    return node["score"] >= limits.score and min(counted) >= limits.component
+
+
 async def test_a_new_agent_benchmarks_itself_and_its_provider_sees_the_scores(
     live: Live,
 ) -> None:
@@ -51,7 +61,6 @@ async def test_a_new_agent_benchmarks_itself_and_its_provider_sees_the_scores(
         node_id, run = await first_run(live, headers)
 
         assert run["trigger"] == "first" and run["gpus"] == []
-        assert run["passed"] is True, run  # this machine's CPU is far above the baseline
         spent_ms = (
             datetime.fromisoformat(run["finished_at"]) - datetime.fromisoformat(run["started_at"])
         ).total_seconds() * 1000
@@ -68,6 +77,7 @@ async def test_a_new_agent_benchmarks_itself_and_its_provider_sees_the_scores(
         assert node["score"] == pytest.approx(
             (matmul["score"] + node["components"]["cpu_memory"]["score"]) / 2, abs=1e-3
         )
+        assert run["passed"] is should_pass(node, Tier.COMMUNITY), run
         assert "benchmark (first) reported" in agent.log
 
         page = await browser.get("/provider/benchmarks")
@@ -75,9 +85,11 @@ async def test_a_new_agent_benchmarks_itself_and_its_provider_sees_the_scores(
         text = page.text
         assert f'id="node-{node_id}"' in text
         assert "CPU matmul" in text and "GFLOP/s" in text and "storage write" in text
-        assert "passed" in text and "No benchmark has run yet" not in text
+        assert ("passed" if run["passed"] else "delisted") in text
+        assert "No benchmark has run yet" not in text
 
     latest = await live.http.get(f"/v1/nodes/{node_id}/benchmarks", headers=live.tenant_headers)
     assert latest.json()["latest"]["id"] == run["id"]
     nodes = (await live.http.get("/v1/nodes", headers=live.tenant_headers)).json()
-    assert [n["status"] for n in nodes if n["id"] == node_id] != ["delisted"]
+    [status] = [n["status"] for n in nodes if n["id"] == node_id]
+    assert (status == "delisted") is (not run["passed"])  # a CPU node is listed as a whole

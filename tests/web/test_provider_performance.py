@@ -121,7 +121,8 @@ async def test_a_real_agents_benchmarks_and_score_in_a_browser(
         await asyncio.sleep(0.25)
         await page.reload()
     text = await machine.inner_text()
-    assert "CPU matmul" in text and "GFLOP/s" in text and "passed" in text, text
+    assert "CPU matmul" in text and "GFLOP/s" in text, text
+    assert "passed" in text or "delisted" in text  # the verdict: tests/e2e/test_benchmarks.py
     await screenshot(page, tmp_path, "provider-benchmarks")
 
     await page.get_by_role("link", name="Performance").click()
@@ -131,7 +132,7 @@ async def test_a_real_agents_benchmarks_and_score_in_a_browser(
         await asyncio.sleep(0.1)
         await page.reload()
     main = await page.locator("main").inner_text()
-    assert "0.90" in main and "bench" in main, main
+    assert "0.9" in main and "Uptime in your windows" in main, main
     assert await page.locator("svg.spark").count() == 0  # minutes old: no line to draw yet
     assert await page.get_by_text("Charts of each score by day appear here").is_visible()
     await screenshot(page, tmp_path, "provider-performance")
