@@ -10,6 +10,7 @@ from gpu_share.coordinator.core.errors import NotFound
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, TelemetrySampleRow
 from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.services import prices
 from gpu_share.coordinator.services.accounts import issue_key
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES
 from gpu_share.coordinator.services.placement import (
@@ -72,6 +73,7 @@ async def register(
     _apply_inventory(row, inventory)
     session.add(row)
     await session.flush()
+    await prices.refresh_node(session, row)  # the provider may have priced its models
     _, node_key = await issue_key(session, Role.AGENT, now, provider_id=provider.id, node_id=row.id)
     return row, node_key
 
@@ -84,6 +86,7 @@ async def update_inventory(
         raise NotFound(f"node {node_id} does not exist")
     _apply_inventory(row, inventory)
     row.last_seen_at = now
+    await prices.refresh_node(session, row)  # its GPUs, so its price, may have changed
     return row
 
 
