@@ -41,7 +41,7 @@ def should_pass(node: dict[str, Any], tier: Tier) -> bool:
     other processes) may measure below them, and is then rightly delisted."""
     limits = CPU_THRESHOLDS[tier]
     counted = [c["score"] for c in node["components"].values() if c["counts"]]
-    return node["score"] >= limits.score and min(counted) >= limits.component
+    return bool(node["score"] >= limits.score and min(counted) >= limits.component)
 
 
 async def test_a_new_agent_benchmarks_itself_and_its_provider_sees_the_scores(

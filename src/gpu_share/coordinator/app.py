@@ -19,18 +19,23 @@ from gpu_share._version import API_VERSION
 from gpu_share.coordinator import migrate
 from gpu_share.coordinator.api import (
     admin,
+    admin_billing,
+    admin_payouts,
     admin_providers,
     agent,
     agent_sessions,
     applications,
     artifacts,
     benchmarks,
+    billing,
     docs,
     health,
     install,
     invokes,
     nodes,
     offers,
+    payouts,
+    prices,
     provider,
     provider_applications,
     reliability,
@@ -49,6 +54,7 @@ from gpu_share.coordinator.loops import (
     mail_delivery,
     session_upkeep,
 )
+from gpu_share.coordinator.loops import payouts as loops_payouts
 from gpu_share.coordinator.loops import reliability as loops_reliability
 from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
 from gpu_share.coordinator.replica.key_cache import KeyCache
@@ -172,6 +178,7 @@ def default_jobs(settings: Settings) -> list[PeriodicJob]:
         PeriodicJob("housekeeping", HOUSEKEEPING_SEC, housekeeping.run_once),
         PeriodicJob("mail-delivery", settings.mail_interval_sec, mail_delivery.run_once),
         PeriodicJob("reliability", settings.reliability_interval_sec, loops_reliability.run_once),
+        PeriodicJob("payouts", settings.payout_interval_sec, loops_payouts.run_once),
     ]
 
 
@@ -250,6 +257,11 @@ def create_app(
         provider_applications,
         provider,
         reliability,
+        prices,
+        payouts,
+        admin_payouts,
+        billing,
+        admin_billing,
         install,
     ):
         app.include_router(module.router)

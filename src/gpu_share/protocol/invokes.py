@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AnyHttpUrl, BaseModel, Field, field_validator
 
 from gpu_share.protocol.common import Sha256Hex
+from gpu_share.protocol.money import PositiveUsdc
 from gpu_share.protocol.nodes import Tier
 from gpu_share.protocol.runtimes import RuntimeName
 
@@ -111,6 +112,11 @@ class InvokeCreate(BaseModel):
         "whose provider runs jobs as plain processes",
     )
     webhook_url: str | None = None
+    max_cost: PositiveUsdc | None = Field(
+        default=None,
+        description="The most this invoke may cost, in USDC: caps what is reserved from the "
+        "balance at submission and limits placement to nodes whose rate fits it",
+    )
 
     @field_validator("model_url")
     @classmethod
@@ -177,7 +183,15 @@ class Invoke(BaseModel):
     cancel_requested_at: datetime | None = None
     result: InvokeResult | None
     error: InvokeError | None
-    cost: None = Field(default=None, description="Set once billing is enabled")
+    max_cost: str | None = Field(default=None, description="The cap given at submission, USDC")
+    rate_per_hour: str | None = Field(
+        default=None,
+        description="USDC per hour for all its GPUs, fixed when a node took it (0 while free)",
+    )
+    cost: str | None = Field(
+        default=None,
+        description='What it cost, in USDC, once final ("0" when nothing was charged); null before',
+    )
     warnings: list[str] = Field(default_factory=list)
 
 

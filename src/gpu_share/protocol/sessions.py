@@ -105,6 +105,14 @@ class Session(BaseModel):
     device: str | None = Field(default=None, description="What really runs the model")
     inputs: list[dict[str, Any]] | None = Field(default=None, description="Name, type, shape")
     error: SessionError | None = None
+    rate_per_hour: str | None = Field(
+        default=None, description="USDC per hour the node charges, fixed when it was placed"
+    )
+    cost: str | None = Field(
+        default=None,
+        description="USDC charged so far for the time it was held (final once closed); "
+        '"0" when nothing is charged',
+    )
 
 
 # Agent channel messages

@@ -15,11 +15,12 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any, TypedDict, TypeVar, cast
-from urllib.parse import quote
+from urllib.parse import quote as url_quote
 
 import pydantic
 
 from gpu_share.protocol.artifacts import UPLOADABLE_KINDS, Artifact, ArtifactKind
+from gpu_share.protocol.billing import Balance, Quote, Usage, UsageGroup
 from gpu_share.protocol.common import Page
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.health import Health
@@ -74,6 +75,7 @@ class InvokeOptions(TypedDict, total=False):
     region: str
     tier: Tier | str
     webhook_url: str
+    max_cost: Decimal | str | int
     idempotency_key: str
 
 
@@ -89,7 +91,7 @@ ArraysOrFile = _sources.FileSource | Mapping[str, Any] | Any  # Any: a numpy arr
 
 
 def _id(value: str) -> str:
-    return quote(value, safe="")
+    return url_quote(value, safe="")
 
 
 def health(c: ClientConfig) -> Flow[Health]:
@@ -244,6 +246,37 @@ def invoke(
     request = ApiRequest("POST", "/v1/gpu/invoke", json=body, headers={"Idempotency-Key": key})
     response = yield from send(request, c)
     return parse(response, Invoke)
+
+
+def quote(
+    c: ClientConfig,
+    runtime: RuntimeName | str,
+    model_url: str,
+    inputs_url: str | None = "",
+    options: InvokeOptions | None = None,
+) -> Flow[Quote]:
+    """What `invoke` with the same arguments would cost now; nothing is queued."""
+    body, _ = build_invoke(runtime, model_url, inputs_url, options or {})
+    response = yield from send(ApiRequest("POST", "/v1/gpu/quote", json=body), c)
+    return parse(response, Quote)
+
+
+def balance(c: ClientConfig) -> Flow[Balance]:
+    response = yield from send(ApiRequest("GET", "/v1/billing/balance"), c)
+    return parse(response, Balance)
+
+
+def usage(
+    c: ClientConfig,
+    *,
+    start: str | None = None,
+    end: str | None = None,
+    group: UsageGroup | str = UsageGroup.DAY,
+) -> Flow[Usage]:
+    params = {"group": _choice(UsageGroup, group, "group").value}
+    params.update({k: v for k, v in {"from": start, "to": end}.items() if v is not None})
+    response = yield from send(ApiRequest("GET", "/v1/billing/usage", params=params), c)
+    return parse(response, Usage)
 
 
 def get_invoke(c: ClientConfig, invoke_id: str, wait: float = 0.0) -> Flow[Invoke]:

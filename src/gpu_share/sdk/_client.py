@@ -8,6 +8,7 @@ from typing import Any, Self, TypeVar, Unpack
 import httpx
 
 from gpu_share.protocol.artifacts import Artifact, ArtifactKind
+from gpu_share.protocol.billing import Balance, Quote, Usage, UsageGroup
 from gpu_share.protocol.common import Page
 from gpu_share.protocol.health import Health
 from gpu_share.protocol.invokes import Invoke, InvokeStatus, ProbeUrlResult
@@ -142,6 +143,33 @@ class Client:
     ) -> Invoke:
         """Queue a job by URL; returns at once (`status="queued"`)."""
         return self._run(_api.invoke(self.config, runtime, model_url, inputs_url, options))
+
+    def quote(
+        self,
+        runtime: RuntimeName | str,
+        model_url: str,
+        inputs_url: str | None = "",
+        **options: Unpack[InvokeOptions],
+    ) -> Quote:
+        """What `invoke` with the same arguments would cost now: the node it would go to,
+        its rate, the most it may cost and what it is expected to; nothing is queued."""
+        return self._run(_api.quote(self.config, runtime, model_url, inputs_url, options))
+
+    # Billing
+
+    def balance(self) -> Balance:
+        """What this tenant can spend now, and what is held for its running work."""
+        return self._run(_api.balance(self.config))
+
+    def usage(
+        self,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        group: UsageGroup | str = UsageGroup.DAY,
+    ) -> Usage:
+        """Charges summed per UTC day or per runtime; `start`/`end`: YYYY-MM-DD."""
+        return self._run(_api.usage(self.config, start=start, end=end, group=group))
 
     def get_invoke(self, invoke_id: str) -> Invoke:
         return self._run(_api.get_invoke(self.config, invoke_id))

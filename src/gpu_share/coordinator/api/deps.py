@@ -20,7 +20,7 @@ ReplicaDep = Annotated[Replica, Depends(get_replica)]
 
 
 def get_sessions(replica: ReplicaDep) -> Sessions:
-    return Sessions(replica.db, replica.hub, replica.clock)
+    return Sessions(replica.db, replica.hub, replica.clock, replica.settings)
 
 
 SessionsDep = Annotated[Sessions, Depends(get_sessions)]

@@ -483,7 +483,7 @@ class PayoutBatchRow(Base):
 
 
 class PayoutRow(Base):
-    """Money on its way to a provider: pending → paid (with its reference) or failed."""
+    """Money on its way to a provider: in_transit → paid (with its reference) or failed."""
 
     __tablename__ = "payouts"
 

@@ -28,11 +28,6 @@ class BillingMode(StrEnum):
     FREE = "free"  # nothing is charged (the embedded `gpu-share up`, unless configured)
 
 
-class PayoutSchedule(StrEnum):
-    WEEKLY = "weekly"  # Mondays, only above payout_minimum
-    MONTHLY = "monthly"  # the first business day
-
-
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUSHARE_", extra="ignore")
 

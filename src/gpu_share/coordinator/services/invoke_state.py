@@ -10,7 +10,9 @@
 A transition names the statuses it leaves from and, for a leased invoke, the
 lease (node and token) it must still hold. The UPDATE must touch exactly one row;
 zero rows means another actor got there first, and the caller learns it as `False`.
-Nothing else in the coordinator writes `InvokeRow.status`.
+Nothing else in the coordinator writes `InvokeRow.status`. Every transition into a
+final status settles the invoke's money (`billing.settle`) in the same transaction, so
+a status is never final without its charge or release, nor charged twice.
 """
 
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import InvokeRow
+from gpu_share.coordinator.services import billing
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import ACTIVE, InvokeError, InvokeResult, InvokeStatus
 
@@ -51,6 +54,20 @@ async def _transition(
     return bool(done.rowcount == 1)  # type: ignore[attr-defined]
 
 
+async def _final(
+    session: AsyncSession,
+    invoke_id: str,
+    leaving: list[str],
+    values: dict[str, Any],
+    *guards: Any,
+) -> bool:
+    """A transition into a final status, settled in the same transaction."""
+    if not await _transition(session, invoke_id, leaving, values, *guards):
+        return False
+    await billing.settle(session, invoke_id, values["finished_at"])
+    return True
+
+
 def _held(lease: Lease) -> list[Any]:
     return [InvokeRow.node_id == lease.node_id, InvokeRow.lease_token == lease.token]
 
@@ -63,8 +80,10 @@ async def assign(
     attempt: int,
     expires_at: datetime,
     now: datetime,
+    rate_micro_per_hour: int = 0,
 ) -> bool:
-    """queued → assigned: the node holds it until `expires_at` unless heartbeats extend it."""
+    """queued → assigned: the node holds it until `expires_at` unless heartbeats extend it;
+    its rate is fixed now (`billing.placed_rate`)."""
     return await _transition(
         session,
         invoke_id,
@@ -76,6 +95,7 @@ async def assign(
             "lease_expires_at": expires_at,
             "attempts": attempt,
             "assigned_at": now,
+            "rate_micro_per_hour": rate_micro_per_hour,
         },
         InvokeRow.attempts == attempt - 1,
     )
@@ -85,7 +105,7 @@ async def fail_queued(
     session: AsyncSession, invoke_id: str, code: ErrorCode, message: str, now: datetime
 ) -> bool:
     """queued → failed: it can never start (an artifact it needs expired)."""
-    return await _transition(
+    return await _final(
         session,
         invoke_id,
         [InvokeStatus.QUEUED.value],
@@ -101,7 +121,7 @@ async def cancel_queued(session: AsyncSession, invoke_id: str, now: datetime) ->
         "canceled by the tenant before it started",
         now,
     )
-    return await _transition(
+    return await _final(
         session, invoke_id, [InvokeStatus.QUEUED.value], {**values, "cancel_requested_at": now}
     )
 
@@ -151,7 +171,7 @@ async def finish(
 ) -> bool:
     """assigned/running → the verdict its node reported (done, failed, timeout, canceled)."""
     assert status.terminal, status
-    return await _transition(
+    return await _final(
         session,
         lease.invoke_id,
         ACTIVE_VALUES,
@@ -195,7 +215,7 @@ async def end(
     now: datetime,
 ) -> bool:
     """assigned/running → a verdict the coordinator reaches without its node."""
-    return await _transition(
+    return await _final(
         session, lease.invoke_id, ACTIVE_VALUES, _ended(status, code, message, now), *_held(lease)
     )
 

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.errors import (
     Conflict,
+    InsufficientBalance,
     NotFound,
     Unavailable,
     ValidationFailed,
@@ -23,8 +24,8 @@ from gpu_share.coordinator.core.ids import checked_cursor, new_id
 from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.replica.notify import Channel, Notifier
-from gpu_share.coordinator.services import invoke_state, nodes
-from gpu_share.coordinator.services.placement import Requirements, requirements_of
+from gpu_share.coordinator.services import billing, invoke_state, nodes
+from gpu_share.coordinator.services.placement import Requirements, requirements_of, serves
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import (
     Invoke,
@@ -62,6 +63,9 @@ def to_wire(row: InvokeRow) -> Invoke:
         cancel_requested_at=row.cancel_requested_at,
         result=InvokeResult.model_validate(row.result) if row.result else None,
         error=error,
+        max_cost=billing.cost_text(row.max_cost_micro),
+        rate_per_hour=billing.cost_text(row.rate_micro_per_hour),
+        cost=billing.cost_text(row.cost_micro),
         warnings=list(row.warnings or []),
     )
 
@@ -156,8 +160,44 @@ def no_capacity(req: Requirements, missing: str) -> Unavailable:
 
 
 def request_hash(body: InvokeCreate) -> str:
-    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    # Without an unset max_cost, so keys used before it existed still match their invoke.
+    dumped = body.model_dump(mode="json", exclude={"max_cost"} if body.max_cost is None else None)
+    canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def check_request(body: InvokeCreate, settings: Settings) -> list[str]:
+    """The checks of a body beyond its schema (the invoke's and the quote's); its warnings."""
+    if body.timeout_sec > settings.max_timeout_sec:
+        raise field_error("timeout_sec", f"must be at most {settings.max_timeout_sec} seconds")
+    if body.webhook_url:
+        raise field_error("webhook_url", "webhooks are not supported yet; poll the invoke")
+    return _checksum_rules(body, settings)
+
+
+async def reserve_plan(
+    session: AsyncSession,
+    settings: Settings,
+    body: InvokeCreate,
+    req: Requirements,
+    now: datetime,
+) -> tuple[int, Requirements]:
+    """What to reserve and the requirements placement must then meet (`billing`);
+    503 NO_CAPACITY when no online node's rate fits `max_cost`."""
+    if not billing.prepaid(settings):
+        return 0, req
+    serving = [n for n in await nodes.live_nodes(session, now, settings) if serves(n, req, now)]
+    reserve, placed = await billing.plan_reserve(
+        session,
+        req,
+        timeout_sec=body.timeout_sec,
+        max_cost_micro=body.max_cost,
+        serving=serving,
+        now=now,
+    )
+    if reserve < 0:
+        raise no_capacity(placed, "max_cost")
+    return reserve, placed
 
 
 async def create(
@@ -177,11 +217,7 @@ async def create(
             replay = await _replay(session, tenant_id, idempotency_key, digest)
         if replay is not None:
             return replay, False
-    if body.timeout_sec > settings.max_timeout_sec:
-        raise field_error("timeout_sec", f"must be at most {settings.max_timeout_sec} seconds")
-    if body.webhook_url:
-        raise field_error("webhook_url", "webhooks are not supported yet; poll the invoke")
-    warnings = _checksum_rules(body, settings)
+    warnings = check_request(body, settings)
     req = requirements_of(body, body.gpus)
     try:
         async with db.write() as session:
@@ -210,6 +246,7 @@ async def create(
             missing = await nodes.missing_capacity(session, req, now, settings)
             if missing is not None:
                 raise no_capacity(req, missing)
+            reserve, placed = await reserve_plan(session, settings, body, req, now)
             row = InvokeRow(
                 id=new_id("inv"),
                 tenant_id=tenant_id,
@@ -224,7 +261,7 @@ async def create(
                 inputs_sha256=inputs.sha256,
                 timeout_sec=body.timeout_sec,
                 gpus=body.gpus if body.runtime.needs_gpu else 0,
-                constraints=req.constraints(),
+                constraints=placed.constraints(),
                 outputs_upload=body.outputs_upload.model_dump() if body.outputs_upload else None,
                 warnings=warnings,
                 idempotency_key=idempotency_key,
@@ -233,9 +270,13 @@ async def create(
                 max_attempts=settings.max_attempts,
                 created_at=now,
                 log_bytes=0,
+                max_cost_micro=body.max_cost,
+                reserved_micro=0,
+                cost_micro=None if billing.prepaid(settings) else 0,  # free: "0" throughout
             )
             session.add(row)
             await session.flush()
+            await _reserve(session, settings, row, reserve, now)
             invoke = to_wire(row)
     except IntegrityError:
         if idempotency_key is None:
@@ -246,6 +287,22 @@ async def create(
             raise
         return replay, False
     return invoke, True
+
+
+async def _reserve(
+    session: AsyncSession, settings: Settings, row: InvokeRow, amount: int, now: datetime
+) -> None:
+    try:
+        await billing.reserve_invoke(session, row, amount, settings, now)
+    except InsufficientBalance as exc:
+        details = exc.details if isinstance(exc.details, dict) else {}
+        raise InsufficientBalance(
+            f"the balance is {details.get('available')} USDC and this invoke may cost up to "
+            f"{details.get('required')} USDC (its max_cost, or timeout_sec={row.timeout_sec} at "
+            "the highest rate of the nodes that could run it); top up, or lower timeout_sec "
+            "or max_cost",
+            details=details,
+        ) from None
 
 
 async def _replay(session: AsyncSession, tenant_id: str, key: str, digest: str) -> Invoke | None:

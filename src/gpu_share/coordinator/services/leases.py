@@ -16,7 +16,14 @@ from gpu_share.coordinator.core.errors import Conflict, NotFound
 from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow, NodeRow, TenantRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
-from gpu_share.coordinator.services import invoke_state, memory_fit, nodes, presence, ranking
+from gpu_share.coordinator.services import (
+    billing,
+    invoke_state,
+    memory_fit,
+    nodes,
+    presence,
+    ranking,
+)
 from gpu_share.coordinator.services.artifacts import artifact_url
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES, Lease
 from gpu_share.coordinator.services.placement import (
@@ -118,7 +125,7 @@ async def claim(
             break
         if not serves(node, Requirements.of(row), now) or row.gpus > free_gpus:
             continue
-        job = await _lease(session, row, node_id, now, ctx)
+        job = await _lease(session, row, node, now, ctx)
         if job is not None:
             jobs.append(job)
             served.add(row.tenant_id)
@@ -260,8 +267,9 @@ async def artifact_ref(
 
 
 async def _lease(
-    session: AsyncSession, row: InvokeRow, node_id: str, now: datetime, ctx: LeaseContext
+    session: AsyncSession, row: InvokeRow, node: NodeRow, now: datetime, ctx: LeaseContext
 ) -> wire.LeasedJob | None:
+    node_id = node.id
     model = await artifact_ref(
         session, row.model_url, row.model_artifact_id, row.model_sha256, now, ctx
     )
@@ -289,8 +297,21 @@ async def _lease(
     lease = Lease(row.id, node_id, secrets.token_hex(16))
     expires = now + timedelta(seconds=ctx.settings.lease_ttl_sec)
     attempt = row.attempts + 1
+    rate = (
+        await billing.placed_rate(
+            session, node, gpus=row.gpus, spot=row.priority == Priority.SPOT.value
+        )
+        if billing.prepaid(ctx.settings)
+        else 0  # free billing: nothing to fix
+    )
     if not await invoke_state.assign(
-        session, row.id, lease, attempt=attempt, expires_at=expires, now=now
+        session,
+        row.id,
+        lease,
+        attempt=attempt,
+        expires_at=expires,
+        now=now,
+        rate_micro_per_hour=rate,
     ):
         return None
     return wire.LeasedJob(

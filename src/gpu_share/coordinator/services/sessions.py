@@ -28,7 +28,14 @@ from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import ArtifactRow, NodeRow, SessionRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.replica.session_hub import ForwardFailed, LiveSession, SessionHub
-from gpu_share.coordinator.services import leases, memory_fit, nodes, ranking
+from gpu_share.coordinator.services import (
+    billing,
+    leases,
+    memory_fit,
+    nodes,
+    ranking,
+    session_billing,
+)
 from gpu_share.coordinator.services.invokes import no_capacity, resolve_url
 from gpu_share.coordinator.services.placement import (
     Requirements,
@@ -84,6 +91,8 @@ def to_wire(row: SessionRow, live: LiveSession | None = None) -> Session:
         device=row.device,
         inputs=row.inputs,
         error=error,
+        rate_per_hour=billing.cost_text(row.rate_micro_per_hour),
+        cost=billing.cost_text(row.cost_micro),
     )
 
 
@@ -127,10 +136,11 @@ def _forward_error(exc: ForwardFailed) -> ApiError:
 class Sessions:
     """The session rules over one replica's hub; built per use from what it needs."""
 
-    def __init__(self, db: Database, hub: SessionHub, clock: Clock) -> None:
+    def __init__(self, db: Database, hub: SessionHub, clock: Clock, settings: Settings) -> None:
         self.db = db
         self.hub = hub
         self.clock = clock
+        self.settings = settings
 
     # Tenants
 
@@ -201,6 +211,7 @@ class Sessions:
                 touched_at=now,
                 forward_count=0,
             )
+            await session_billing.open_billing(session, row, node, self.settings, now)
             session.add(row)
         live = LiveSession(
             id=row.id,
@@ -401,19 +412,62 @@ class Sessions:
                 await session.execute(
                     update(SessionRow).where(SessionRow.id == live.id).values(**values)
                 )
-            await session.execute(
-                update(SessionRow)
-                .where(
-                    SessionRow.status.in_(OPEN_VALUES),
-                    SessionRow.touched_at < now - timedelta(seconds=STALE_AFTER_SEC),
+            stale = (
+                await session.scalars(
+                    select(SessionRow.id).where(
+                        SessionRow.status.in_(OPEN_VALUES),
+                        SessionRow.touched_at < now - timedelta(seconds=STALE_AFTER_SEC),
+                    )
                 )
-                .values(
-                    status=SessionStatus.FAILED.value,
-                    closed_at=now,
-                    error_code=ErrorCode.NODE_LOST.value,
-                    error_message="the session's coordinator or node went away",
+            ).all()
+            for session_id in stale:
+                await self._close_row(
+                    session,
+                    session_id,
+                    {
+                        "status": SessionStatus.FAILED.value,
+                        "closed_at": now,
+                        "error_code": ErrorCode.NODE_LOST.value,
+                        "error_message": "the session's coordinator or node went away",
+                    },
                 )
+        await self._bill_held(now)
+
+    async def _bill_held(self, now: datetime) -> None:
+        """Charge the sessions held here as they go; close those the balance no longer
+        covers (`session_billing`)."""
+        if not billing.prepaid(self.settings):
+            return
+        async with self.db.read() as session:
+            held = await session_billing.due(session, [live.id for live in self.hub.held()], now)
+        for session_id in held:
+            async with self.db.write() as session:
+                covered = await session_billing.bill_held(session, session_id, now, self.settings)
+            if covered:
+                continue
+            await self._finish(
+                session_id,
+                SessionStatus.CLOSED,
+                now,
+                SessionError(
+                    code=ErrorCode.INSUFFICIENT_BALANCE,
+                    message="closed: the balance cannot cover the session's next hour; "
+                    "top up and open a new session",
+                ),
             )
+            await self.hub.close(session_id, "insufficient balance", status=SessionStatus.CLOSED)
+
+    async def _close_row(
+        self, session: AsyncSession, session_id: str, values: dict[str, object]
+    ) -> None:
+        """Close an open session's row and settle what it cost, in one transaction."""
+        closed = await session.execute(
+            update(SessionRow)
+            .where(SessionRow.id == session_id, SessionRow.status.in_(OPEN_VALUES))
+            .values(**values)
+        )
+        if closed.rowcount == 1:  # type: ignore[attr-defined]
+            await session_billing.settle(session, session_id)
 
     async def _finish(
         self,
@@ -430,8 +484,4 @@ class Sessions:
         if error is not None:
             values.update(error_code=error.code, error_message=error.message)
         async with self.db.write() as session:
-            await session.execute(
-                update(SessionRow)
-                .where(SessionRow.id == session_id, SessionRow.status.in_(OPEN_VALUES))
-                .values(**values)
-            )
+            await self._close_row(session, session_id, values)

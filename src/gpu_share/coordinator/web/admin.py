@@ -26,10 +26,12 @@ from gpu_share.coordinator.services import (
     overview,
     provider_applications,
     providers,
+    tenant_billing,
 )
 from gpu_share.coordinator.web.pages import Browser, SignedAdmin, form_of, text
 from gpu_share.protocol import accounts as accounts_wire
 from gpu_share.protocol import provider_applications as wire
+from gpu_share.protocol.billing import TopUpCreate
 from gpu_share.protocol.nodes import NodeStatus, Tier
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
@@ -269,12 +271,15 @@ async def _tenants_view(
     async with browser.replica.db.read() as db:
         tenants = await accounts.list_tenants(db)
         applications = await accounts.list_tenant_applications(db, None)
+        balances = await tenant_billing.available_by_tenant(db)
     tenants.sort(key=lambda t: t.created_at, reverse=True)
     applications.sort(key=lambda a: (a.status is not a.status.PENDING, -a.created_at.timestamp()))
     return browser.render(
         "admin/tenants.html",
         status=status,
         tenants=tenants,
+        balances=balances,
+        billing=browser.replica.settings.billing.value,
         applications=applications,
         values=values or {},
         errors=errors or {},
@@ -302,6 +307,36 @@ async def create_tenant(signed: SignedAdmin) -> Response:
     async with browser.replica.db.write() as db:
         created = await accounts.create_tenant(db, body, browser.now())
     return await _tenants_view(browser, created=created)
+
+
+@router.post("/tenants/{tenant_id}/top-ups")
+async def top_up_tenant(tenant_id: str, signed: SignedAdmin) -> Response:
+    """Credit a payment received; the reference makes a resent form credit nothing."""
+    browser, _ = signed
+    form = await form_of(browser)
+    values = {"amount": text(form, "amount"), "reference": text(form, "reference")}
+    errors: dict[str, str] = {}
+    body = _validated(TopUpCreate, values, errors, {"amount": "amount", "reference": "reference"})
+    if body is None:
+        problems = "; ".join(f"{name}: {message}" for name, message in errors.items())
+        return await _tenants_view(browser, errors={"form": problems}, status=422)
+    try:
+        if not is_id("ten", tenant_id):
+            raise NotFound(f"tenant {tenant_id} does not exist")
+        async with browser.replica.db.write() as db:
+            made = await tenant_billing.top_up(
+                db, tenant_id, body, idempotency_key=None, admin="admin", now=browser.now()
+            )
+    except ApiError as exc:
+        return await _tenants_view(browser, errors={"form": exc.message}, status=exc.status)
+    said = (
+        f"Reference {made.reference} was credited before; nothing added."
+        if made.replayed
+        else f"Credited {made.amount} USDC (reference {made.reference})."
+    )
+    return browser.redirect(
+        f"/admin/tenants#{tenant_id}", flash=f"{said} Balance: {made.available} USDC."
+    )
 
 
 @router.post("/tenant-applications/{application_id}/approve")

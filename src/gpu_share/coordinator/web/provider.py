@@ -17,26 +17,7 @@ HISTORY = timedelta(minutes=15)
 LIVE_EVERY_SEC = 5
 
 # The tabs and, until their issue lands, what each honestly says it does not have yet.
-TABS = {
-    "pricing": (
-        "Pricing",
-        "No prices set yet",
-        "You will set an hourly rate per GPU model here, with recommendations from the "
-        "market. Until then your GPUs are listed without a price.",
-    ),
-    "earnings": (
-        "Earnings",
-        "No earnings yet",
-        "Earnings start once your GPUs run paid work; this tab will show them per day, "
-        "per GPU and per model.",
-    ),
-    "payouts": (
-        "Payouts",
-        "No payouts yet",
-        "You will choose weekly or monthly payouts in USDC on Solana or by bank transfer "
-        "here, and see each payout's transaction.",
-    ),
-}
+TABS: dict[str, tuple[str, str, str]] = {}
 
 
 async def _machines(browser: Browser, provider_id: str) -> list[ProviderNode]:

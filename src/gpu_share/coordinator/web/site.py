@@ -10,11 +10,16 @@ from fastapi.staticfiles import StaticFiles
 from gpu_share.coordinator.web import (
     STATIC_DIR,
     admin,
+    admin_payouts,
     provider,
     provider_benchmarks,
+    provider_earnings,
+    provider_payouts,
     provider_performance,
+    provider_pricing,
     public,
     tenant,
+    tenant_billing,
     tenant_marketplace,
 )
 from gpu_share.coordinator.web.pages import PageForbidden, SignInRequired, browser_of
@@ -27,10 +32,15 @@ def install(app: FastAPI) -> None:
     for module in (
         public,
         admin,
+        admin_payouts,
         provider_benchmarks,
+        provider_earnings,
+        provider_payouts,
         provider_performance,
+        provider_pricing,
         provider,
         tenant_marketplace,
+        tenant_billing,
         tenant,
     ):
         app.include_router(module.router)
