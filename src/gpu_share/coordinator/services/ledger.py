@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Table, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.db import upsert
@@ -34,6 +34,11 @@ from gpu_share.coordinator.core.orm import (
     LedgerTransactionRow,
 )
 from gpu_share.protocol.money import usdc_text
+
+# Core tables: postings are hot, and the ORM's bulk machinery adds nothing here.
+_ACCOUNTS = cast(Table, LedgerAccountRow.__table__)
+_TRANSACTIONS = cast(Table, LedgerTransactionRow.__table__)
+_ENTRIES = cast(Table, LedgerEntryRow.__table__)
 
 
 class AccountKind(StrEnum):
@@ -170,7 +175,7 @@ async def post(
 
     transaction_id = new_id("txn")
     inserted = await session.execute(
-        upsert(session)(LedgerTransactionRow)
+        upsert(session)(_TRANSACTIONS)
         .values(
             id=transaction_id,
             cause=cause,
@@ -179,15 +184,12 @@ async def post(
             details=dict(details or {}),
         )
         .on_conflict_do_nothing(index_elements=["cause"])
-        .returning(LedgerTransactionRow.id)
+        .returning(_TRANSACTIONS.c.id)
     )
     if inserted.scalar_one_or_none() is None:
         return False
-    # Balances are kept for the accounts that must not go negative, one row each, in id
-    # order so that concurrent postings lock alike. Shared accounts (world, commission)
-    # keep none: every charge would queue on their one row; their balance is summed.
-    # Kept balances change in account id order, so concurrent postings lock alike; a run
-    # of credits is one statement.
+    # Kept balances change in account id order, so that concurrent postings lock alike;
+    # a run of credits is one statement. Shared accounts keep no balance (see above).
     kept = [(a, m) for a, m in moves if a.kind not in SHARED]
     credits: list[tuple[Account, int]] = []
     for at, (account, amount) in enumerate(kept):
@@ -198,9 +200,7 @@ async def post(
         credits = []
         if not await _take(session, account, -amount):
             await _credit(session, [(a, -m) for a, m in kept[:at]], now)  # undo, in order
-            await session.execute(
-                delete(LedgerTransactionRow).where(LedgerTransactionRow.id == transaction_id)
-            )
+            await session.execute(delete(_TRANSACTIONS).where(_TRANSACTIONS.c.id == transaction_id))
             have = await balance(session, account)
             raise InsufficientBalance(
                 f"{_WHOSE[account.kind]} holds {usdc_text(have)} USDC; "
@@ -210,7 +210,7 @@ async def post(
     await _credit(session, credits, now)
     if moves:
         await session.execute(
-            insert(LedgerEntryRow),
+            insert(_ENTRIES),
             [
                 {
                     "transaction_id": transaction_id,
@@ -227,9 +227,9 @@ async def post(
 async def _take(session: AsyncSession, account: Account, amount: int) -> bool:
     """Take `amount` from a kept balance; False, changing nothing, if it has less."""
     taken = await session.execute(
-        update(LedgerAccountRow)
-        .where(LedgerAccountRow.id == account.id, LedgerAccountRow.balance_micro >= amount)
-        .values(balance_micro=LedgerAccountRow.balance_micro - amount)
+        update(_ACCOUNTS)
+        .where(_ACCOUNTS.c.id == account.id, _ACCOUNTS.c.balance_micro >= amount)
+        .values(balance_micro=_ACCOUNTS.c.balance_micro - amount)
     )
     return bool(taken.rowcount == 1)  # type: ignore[attr-defined]
 
@@ -239,7 +239,7 @@ async def _credit(session: AsyncSession, moves: list[tuple[Account, int]], now: 
     the accounts on first use; one statement."""
     if not moves:
         return
-    statement = upsert(session)(LedgerAccountRow).values(
+    statement = upsert(session)(_ACCOUNTS).values(
         [
             {
                 "id": account.id,
@@ -251,7 +251,7 @@ async def _credit(session: AsyncSession, moves: list[tuple[Account, int]], now: 
             for account, amount in moves
         ]
     )
-    added = LedgerAccountRow.balance_micro + statement.excluded.balance_micro
+    added = _ACCOUNTS.c.balance_micro + statement.excluded.balance_micro
     await session.execute(
         statement.on_conflict_do_update(index_elements=["id"], set_={"balance_micro": added})
     )
