@@ -204,6 +204,8 @@ class NodeRow(Base):
     polling_until: Mapped[datetime | None] = mapped_column(index=True)
     poll_free_slots: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     poll_free_gpus: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    # NVLink/PCIe links between its GPUs, from NVML (protocol.agent.GpuTopology as stored).
+    gpu_topology: Mapped[dict[str, Any] | None]
 
 
 class InvokeRow(Base):
@@ -261,6 +263,13 @@ class InvokeRow(Base):
     rate_micro_per_hour: Mapped[int | None] = mapped_column(BigInteger)
     cost_micro: Mapped[int | None] = mapped_column(BigInteger)
 
+    # Rental modes (SPEC §4.3): spot work preempted so far, a preemption asked of its node,
+    # and the dedicated reservation it runs in; the GPU indices its node gave it.
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    preempt_requested_at: Mapped[datetime | None]
+    reservation_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    gpu_indices: Mapped[list[Any] | None]
+
 
 class InvokeLogRow(Base):
     """The job's log in pieces, in the order the agent sent them."""
@@ -312,6 +321,7 @@ class SessionRow(Base):
     rate_micro_per_hour: Mapped[int | None] = mapped_column(BigInteger)
     cost_micro: Mapped[int | None] = mapped_column(BigInteger)
     billed_until: Mapped[datetime | None]
+    reservation_id: Mapped[str | None] = mapped_column(String(40), index=True)
 
 
 class RateLimitRow(Base):
@@ -497,3 +507,27 @@ class PayoutRow(Base):
     settled_at: Mapped[datetime | None]
     reference: Mapped[str | None] = mapped_column(String(200))
     failure_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class ReservationRow(Base):
+    """Whole GPUs of one node held for one tenant for a period (SPEC §4.3, dedicated)."""
+
+    __tablename__ = "reservations"
+    __table_args__ = (
+        Index(None, "node_id", "starts_at", "ends_at"),
+        Index(None, "tenant_id", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id"))
+    gpus: Mapped[int] = mapped_column(Integer)  # how many of the node's GPUs
+    gpu_indices: Mapped[list[Any]]  # which ones
+    status: Mapped[str] = mapped_column(String(16), index=True)  # pending, active, ended, canceled
+    starts_at: Mapped[datetime]
+    ends_at: Mapped[datetime]
+    rate_micro_per_hour: Mapped[int] = mapped_column(BigInteger)  # all its GPUs together
+    cost_micro: Mapped[int] = mapped_column(BigInteger)  # the period, as quoted and charged
+    created_at: Mapped[datetime]
+    canceled_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
