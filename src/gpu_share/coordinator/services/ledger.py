@@ -20,25 +20,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypedDict, cast
+from functools import cache
+from typing import Any, TypedDict
 
-from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy import JSON, TextClause, bindparam, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.db import upsert
 from gpu_share.coordinator.core.errors import InsufficientBalance
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import (
     LedgerAccountRow,
     LedgerEntryRow,
     LedgerTransactionRow,
+    UTCDateTime,
 )
 from gpu_share.protocol.money import usdc_text
-
-# Core tables: postings are hot, and the ORM's bulk machinery adds nothing here.
-_ACCOUNTS = cast(Table, LedgerAccountRow.__table__)
-_TRANSACTIONS = cast(Table, LedgerTransactionRow.__table__)
-_ENTRIES = cast(Table, LedgerEntryRow.__table__)
 
 
 class AccountKind(StrEnum):
@@ -175,16 +171,14 @@ async def post(
 
     transaction_id = new_id("txn")
     inserted = await session.execute(
-        upsert(session)(_TRANSACTIONS)
-        .values(
-            id=transaction_id,
-            cause=cause,
-            kind=kind.value,
-            created_at=now,
-            details=dict(details or {}),
-        )
-        .on_conflict_do_nothing(index_elements=["cause"])
-        .returning(_TRANSACTIONS.c.id)
+        _INSERT_TRANSACTION,
+        {
+            "id": transaction_id,
+            "cause": cause,
+            "kind": kind.value,
+            "created_at": now,
+            "details": dict(details or {}),
+        },
     )
     if inserted.scalar_one_or_none() is None:
         return False
@@ -200,7 +194,7 @@ async def post(
         credits = []
         if not await _take(session, account, -amount):
             await _credit(session, [(a, -m) for a, m in kept[:at]], now)  # undo, in order
-            await session.execute(delete(_TRANSACTIONS).where(_TRANSACTIONS.c.id == transaction_id))
+            await session.execute(_DELETE_TRANSACTION, {"id": transaction_id})
             have = await balance(session, account)
             raise InsufficientBalance(
                 f"{_WHOSE[account.kind]} holds {usdc_text(have)} USDC; "
@@ -210,27 +204,20 @@ async def post(
     await _credit(session, credits, now)
     if moves:
         await session.execute(
-            insert(_ENTRIES),
-            [
-                {
-                    "transaction_id": transaction_id,
-                    "account_id": account.id,
-                    "amount_micro": amount,
-                    "created_at": now,
-                }
-                for account, amount in moves
-            ],
+            _insert_entries(len(moves)),
+            {
+                "transaction_id": transaction_id,
+                "created_at": now,
+                **{f"account_{i}": a.id for i, (a, _) in enumerate(moves)},
+                **{f"amount_{i}": m for i, (_, m) in enumerate(moves)},
+            },
         )
     return True
 
 
 async def _take(session: AsyncSession, account: Account, amount: int) -> bool:
     """Take `amount` from a kept balance; False, changing nothing, if it has less."""
-    taken = await session.execute(
-        update(_ACCOUNTS)
-        .where(_ACCOUNTS.c.id == account.id, _ACCOUNTS.c.balance_micro >= amount)
-        .values(balance_micro=_ACCOUNTS.c.balance_micro - amount)
-    )
+    taken = await session.execute(_TAKE, {"id": account.id, "amount": amount})
     return bool(taken.rowcount == 1)  # type: ignore[attr-defined]
 
 
@@ -239,22 +226,62 @@ async def _credit(session: AsyncSession, moves: list[tuple[Account, int]], now: 
     the accounts on first use; one statement."""
     if not moves:
         return
-    statement = upsert(session)(_ACCOUNTS).values(
-        [
-            {
-                "id": account.id,
-                "kind": account.kind.value,
-                "owner_id": account.owner_id,
-                "balance_micro": amount,
-                "created_at": now,
-            }
-            for account, amount in moves
-        ]
+    params: dict[str, Any] = {"created_at": now}
+    for i, (account, amount) in enumerate(moves):
+        params |= {
+            f"id_{i}": account.id,
+            f"kind_{i}": account.kind.value,
+            f"owner_{i}": account.owner_id,
+            f"amount_{i}": amount,
+        }
+    await session.execute(_credit_statement(len(moves)), params)
+
+
+# Postings are the hottest writes there are: plain SQL, the same on SQLite and
+# PostgreSQL, compiled once (per row count) instead of built per call.
+_INSERT_TRANSACTION = text(
+    "INSERT INTO ledger_transactions (id, cause, kind, created_at, details) "
+    "VALUES (:id, :cause, :kind, :created_at, :details) "
+    "ON CONFLICT (cause) DO NOTHING RETURNING id"
+).bindparams(bindparam("created_at", type_=UTCDateTime()), bindparam("details", type_=JSON()))
+_DELETE_TRANSACTION = text("DELETE FROM ledger_transactions WHERE id = :id")
+_TAKE = text(
+    "UPDATE ledger_accounts SET balance_micro = balance_micro - :amount "
+    "WHERE id = :id AND balance_micro >= :amount"
+)
+
+
+@cache
+def _credit_statement(rows: int) -> TextClause:
+    """Credit `rows` kept balances, creating missing accounts (placeholders, never data)."""
+    values = ", ".join(
+        f"(:id_{i}, :kind_{i}, :owner_{i}, :amount_{i}, :created_at)" for i in range(rows)
     )
-    added = _ACCOUNTS.c.balance_micro + statement.excluded.balance_micro
-    await session.execute(
-        statement.on_conflict_do_update(index_elements=["id"], set_={"balance_micro": added})
+    sql = " ".join(
+        (
+            "INSERT INTO ledger_accounts (id, kind, owner_id, balance_micro, created_at) VALUES",
+            values,
+            "ON CONFLICT (id) DO UPDATE",
+            "SET balance_micro = ledger_accounts.balance_micro + excluded.balance_micro",
+        )
     )
+    return text(sql).bindparams(bindparam("created_at", type_=UTCDateTime()))
+
+
+@cache
+def _insert_entries(rows: int) -> TextClause:
+    """Insert `rows` entries of one transaction (placeholders, never data)."""
+    values = ", ".join(
+        f"(:transaction_id, :account_{i}, :amount_{i}, :created_at)" for i in range(rows)
+    )
+    sql = " ".join(
+        (
+            "INSERT INTO ledger_entries (transaction_id, account_id, amount_micro, created_at)",
+            "VALUES",
+            values,
+        )
+    )
+    return text(sql).bindparams(bindparam("created_at", type_=UTCDateTime()))
 
 
 _WHOSE = {
