@@ -17,7 +17,7 @@ MAX_TOP_UP_MICRO = 1_000_000 * MICRO  # one top-up: a million USDC is a typo or 
 
 class BillingMode(StrEnum):
     PREPAID = "prepaid"  # tenants spend a balance admins top up; 402 when it cannot cover
-    FREE = "free"  # nothing is charged
+    FREE = "free"  # nothing is charged (the embedded `gpu-share up`, unless configured)
 
 
 class Balance(BaseModel):

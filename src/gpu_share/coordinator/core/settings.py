@@ -6,6 +6,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpu_share.protocol.billing import BillingMode as BillingMode  # the type of `billing`
+
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 FRAME_HEADER_ALLOWANCE = 64 * 1024
@@ -21,11 +23,6 @@ class SmtpSecurity(StrEnum):
     STARTTLS = "starttls"
     TLS = "tls"
     NONE = "none"  # only for a relay on the same host or a test server
-
-
-class BillingMode(StrEnum):
-    PREPAID = "prepaid"  # tenants spend a balance admins top up; 402 when it cannot cover
-    FREE = "free"  # nothing is charged (the embedded `gpu-share up`, unless configured)
 
 
 class Settings(BaseSettings):

@@ -20,7 +20,7 @@ from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services import billing, invokes, ledger, nodes, prices, ranking
 from gpu_share.coordinator.services.placement import Requirements, requirements_of, serves
-from gpu_share.protocol.billing import BillingMode, Quote
+from gpu_share.protocol.billing import Quote
 from gpu_share.protocol.invokes import InvokeCreate, InvokeStatus, Priority
 from gpu_share.protocol.money import usdc_text
 
@@ -73,7 +73,7 @@ async def quote(
         expected = most
     available = await ledger.balance(session, ledger.tenant_balance(tenant_id))
     return Quote(
-        billing=BillingMode(settings.billing.value),
+        billing=settings.billing,
         node_id=node.id,
         gpu_model=billing.gpu_model_of(node, gpus),
         units=units,

@@ -26,7 +26,6 @@ from gpu_share.coordinator.services import ledger
 from gpu_share.coordinator.services.ledger import TransactionKind
 from gpu_share.protocol.billing import (
     Balance,
-    BillingMode,
     Charge,
     TopUp,
     TopUpCreate,
@@ -46,7 +45,7 @@ async def balance(session: AsyncSession, tenant_id: str, settings: Settings) -> 
     reserved = await ledger.balance(session, ledger.tenant_reserved(tenant_id))
     return Balance(
         tenant_id=tenant_id,
-        billing=BillingMode(settings.billing.value),
+        billing=settings.billing,
         available=usdc_text(available),
         reserved=usdc_text(reserved),
     )
