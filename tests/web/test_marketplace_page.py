@@ -6,8 +6,10 @@ from pathlib import Path
 import pytest
 
 from gpu_share.coordinator.core.settings import Settings
+from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.live import Live
-from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
+from gpu_share.testing.simulated_agent import H100, SimulatedAgent, inventory
+from tests.coordinator.test_multi_gpu import TWO_PAIRS
 from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
 
 
@@ -53,3 +55,20 @@ async def test_bad_filters_say_what_to_fix(live: Live) -> None:
         page = await http.get("/console/marketplace", params={"min_reliability": "7"})
         assert page.status_code == 200
         assert "less than or equal to 1" in page.text, page.text[:3000]
+
+
+async def test_nvlink_is_shown_and_filtered_on(live: Live) -> None:
+    linked = SimulatedAgent(live.base_url)
+    await linked.register(live.enrollment_token)
+    await linked.client.update_inventory(
+        inventory(runtimes=[RuntimeName.ONNX_CUDA], gpus=[H100] * 4, gpu_topology=TWO_PAIRS)
+    )
+    async with signed_in_client(live.base_url, key_of(live)) as http:
+        page = await http.get("/console/marketplace", params={"nvlink": "true"})
+        assert page.status_code == 200
+        assert linked.node_id is not None and linked.node_id in page.text
+        assert ">NVLink</span>" in page.text and "GPU 0–1: 4 links;" in page.text
+        assert 'value="true" selected' in page.text
+        page = await http.get("/console/marketplace", params={"nvlink": "false"})
+        assert linked.node_id not in page.text
+    await linked.aclose()

@@ -279,6 +279,15 @@ class CoordinatorClient:
             retry_for=retry_for,
         )
 
+    async def report_preempted(self, invoke_id: str, lease_token: str, retry_for: float) -> None:
+        """The job stopped at a PREEMPT verdict: the coordinator requeues it."""
+        await self.call(
+            "POST",
+            f"/v1/agent/invokes/{invoke_id}/preempted",
+            json=wire.PreemptedReport(lease_token=lease_token).model_dump(),
+            retry_for=retry_for,
+        )
+
     async def report_benchmark(self, report: bench.BenchmarkReport) -> bench.BenchmarkRun:
         run = await self.call(
             "POST",

@@ -11,7 +11,14 @@ from typing import Any
 
 import psutil
 
-from gpu_share.protocol.nodes import GpuInfo, GpuTelemetry, Telemetry
+from gpu_share.protocol.nodes import (
+    GpuInfo,
+    GpuLink,
+    GpuLinkKind,
+    GpuTelemetry,
+    GpuTopology,
+    Telemetry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +35,28 @@ def _text(value: Any) -> str:
 
 def _cuda_version(raw: int) -> str:
     return f"{raw // 1000}.{raw % 1000 // 10}"
+
+
+# nvmlDeviceGetTopologyCommonAncestor's levels (NVML_TOPOLOGY_*), named as in `nvidia-smi topo -m`.
+_PCIE_LEVELS = {
+    0: GpuLinkKind.BOARD,  # INTERNAL
+    10: GpuLinkKind.PCIE_SWITCH,  # SINGLE (PIX)
+    20: GpuLinkKind.PCIE_SWITCHES,  # MULTIPLE (PXB)
+    30: GpuLinkKind.HOST_BRIDGE,  # HOSTBRIDGE (PHB)
+    40: GpuLinkKind.NUMA_NODE,  # NODE (NODE)
+    50: GpuLinkKind.SYSTEM,  # SYSTEM (SYS)
+}
+_NVLINK_DEVICE_TYPE_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
+
+
+def _bus_id(value: Any) -> str:
+    """A PCI bus id in one spelling: NVML pads the domain to 8 digits in some calls, 4 in others."""
+    text = _text(value).strip().lower()
+    try:
+        domain, bus, slot = text.split(":")
+        return f"{int(domain, 16):04x}:{bus}:{slot}"
+    except ValueError:
+        return text
 
 
 class Nvml:
@@ -89,6 +118,92 @@ class Nvml:
             compute_capability=capability,
         )
         return Gpu(info=info, minor_number=minor_number)
+
+    def topology(self, gpus: list[Gpu]) -> GpuTopology | None:
+        """How each pair of GPUs is linked: NVLink (directly or through NVSwitches, with the
+        number of links) or the PCIe path between them.
+
+        Older drivers and GPUs without NVLink lack some of these calls; a pair NVML cannot
+        describe is left out, and a node it can say nothing about has no topology (None).
+        """
+        if not self.available or len(gpus) < 2:
+            return None
+        nvml = self._nvml
+        handles: dict[int, Any] = {}
+        for gpu in gpus:
+            try:
+                handles[gpu.info.index] = nvml.nvmlDeviceGetHandleByUUID(gpu.info.uuid)
+            except Exception as exc:
+                log.debug("no topology for GPU %s: %s", gpu.info.uuid, exc)
+        by_bus = {
+            _bus_id(gpu.info.pci_bus_id): gpu.info.index
+            for gpu in gpus
+            if gpu.info.pci_bus_id and gpu.info.index in handles
+        }
+        direct: dict[tuple[int, int], int] = {}
+        to_switches: dict[int, int] = {}
+        for index, handle in handles.items():
+            for peer, count in self._nvlink_peers(handle, by_bus).items():
+                if peer is None:
+                    to_switches[index] = to_switches.get(index, 0) + count
+                elif peer != index:
+                    pair = (min(index, peer), max(index, peer))
+                    direct[pair] = max(direct.get(pair, 0), count)
+        links = []
+        indices = sorted(handles)
+        for n, a in enumerate(indices):
+            for b in indices[n + 1 :]:
+                # Through NVSwitches every GPU reaches every other one on all its links.
+                nvlinks = direct.get((a, b), 0) or min(to_switches.get(a, 0), to_switches.get(b, 0))
+                if nvlinks == 0 and self._p2p_over_nvlink(handles[a], handles[b]):
+                    nvlinks = 1  # NVML says NVLink connects them, not how many links
+                kind = GpuLinkKind.NVLINK if nvlinks else self._pcie_path(handles[a], handles[b])
+                if kind is not None:
+                    links.append(GpuLink(a=a, b=b, kind=kind, nvlinks=nvlinks))
+        return GpuTopology(links=links) if links else None
+
+    def _nvlink_peers(self, handle: Any, by_bus: dict[str, int]) -> dict[int | None, int]:
+        """Active NVLink links of one GPU by the GPU at their far end (None: an NVSwitch)."""
+        nvml = self._nvml
+        enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+        peers: dict[int | None, int] = {}
+        for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+            try:
+                if nvml.nvmlDeviceGetNvLinkState(handle, link) != enabled:
+                    continue
+                remote = _bus_id(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+            except Exception as exc:  # no such link, no NVLink here, or a driver without the call
+                log.debug("NVLink %d: %s", link, exc)
+                continue
+            peer = by_bus.get(remote)
+            if peer is None and not self._to_switch(handle, link):
+                continue  # another kind of device (a CPU's NPU): not a GPU-to-GPU path
+            peers[peer] = peers.get(peer, 0) + 1
+        return peers
+
+    def _to_switch(self, handle: Any, link: int) -> bool:
+        try:
+            kind = self._nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+        except Exception:  # drivers before 460 lack the call: a non-GPU far end is a switch
+            return True
+        return bool(kind == _NVLINK_DEVICE_TYPE_SWITCH)
+
+    def _p2p_over_nvlink(self, first: Any, second: Any) -> bool:
+        nvml = self._nvml
+        try:
+            status = nvml.nvmlDeviceGetP2PStatus(
+                first, second, getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", 2)
+            )
+        except Exception:
+            return False
+        return bool(status == getattr(nvml, "NVML_P2P_STATUS_OK", 0))
+
+    def _pcie_path(self, first: Any, second: Any) -> GpuLinkKind | None:
+        try:
+            level = self._nvml.nvmlDeviceGetTopologyCommonAncestor(first, second)
+        except Exception:
+            return None
+        return _PCIE_LEVELS.get(int(level))
 
     def gpu_telemetry(self, gpus: list[Gpu]) -> list[GpuTelemetry]:
         if not self.available:

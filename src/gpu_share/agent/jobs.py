@@ -138,13 +138,24 @@ class Outcome:
     def __init__(self) -> None:
         self.canceled = asyncio.Event()
         self.dropped = asyncio.Event()
+        self.preempted = asyncio.Event()  # spot work: on-demand work needs this slot
 
 
 class Job:
-    def __init__(self, ctx: JobContext, lease: wire.LeasedJob, gpus: list[Gpu]) -> None:
+    def __init__(
+        self,
+        ctx: JobContext,
+        lease: wire.LeasedJob,
+        gpus: list[Gpu],
+        *,
+        refusal: str | None = None,
+    ) -> None:
+        """`refusal`: why this node cannot run the lease (it was given GPUs it does not have
+        free); the job then fails with that message instead of running."""
         self.ctx = ctx
         self.lease = lease
         self.gpus = gpus
+        self.refusal = refusal
         self.outcome = Outcome()
         self.dir = ctx.settings.jobs_dir / f"{lease.invoke_id}-{lease.attempt}"
         self.logs = LogStream(
@@ -154,11 +165,13 @@ class Job:
             flush_interval=ctx.settings.log_flush_interval_sec,
             canceled=self.outcome.canceled,
             dropped=self.outcome.dropped,
+            preempted=self.outcome.preempted,
         )
         self.staging = ctx.settings.jobs_dir / f"{lease.invoke_id}-{lease.attempt}.staging"
         self.checkpoints: CheckpointKeeper | None = None
         self._pinned: list[str] = []
         self._peak_gpu_bytes: int | None = None
+        self._stopped_for_preemption = False
 
     @property
     def invoke_id(self) -> str:
@@ -190,6 +203,14 @@ class Job:
             await asyncio.to_thread(shutil.rmtree, self.staging, True)
             if not self.ctx.settings.keep_job_dirs:
                 await asyncio.to_thread(shutil.rmtree, self.dir, True)
+        if self._stopped_for_preemption and not self.outcome.dropped.is_set():
+            try:  # the coordinator requeues it; its last checkpoint was uploaded above
+                await self.ctx.client.report_preempted(
+                    self.invoke_id, self.lease.lease_token, retry_for=REPORT_RETRY_SEC
+                )
+            except StaleLease:
+                log.info("invoke %s: preemption not confirmed (lease stale)", self.invoke_id)
+            return
         if report is None or self.outcome.dropped.is_set():
             log.info("invoke %s: lease lost; result not reported", self.invoke_id)
             return
@@ -242,6 +263,8 @@ class Job:
 
     async def _execute(self, started: float) -> wire.ResultReport | None:
         lease = self.lease
+        if self.refusal is not None:
+            raise JobFailed(ErrorCode.AGENT_ERROR, self.refusal)
         (self.dir / "in").mkdir(parents=True, exist_ok=True)
         (self.dir / "out").mkdir(exist_ok=True)
         self.staging.mkdir(mode=0o700, exist_ok=True)
@@ -300,6 +323,16 @@ class Job:
         )
         if stopped == "dropped":
             return None
+        if stopped == "preempted":
+            if exit_code != 0 or self._read_result() is None:
+                self.logs.line(
+                    "preempted: on-demand work needs this slot; the job was stopped"
+                    + (" (its last checkpoint is kept)" if self.checkpoints else "")
+                    + " and will be requeued"
+                )
+                self._stopped_for_preemption = True
+                return None
+            stopped = None  # it finished before the preemption came: the result wins
         if stopped in ("timeout", "canceled"):
             message = (
                 f"the job ran longer than timeout_sec={lease.timeout_sec} and was killed"
@@ -392,6 +425,7 @@ class Job:
             asyncio.create_task(process.wait()): None,
             asyncio.create_task(self.outcome.canceled.wait()): "canceled",
             asyncio.create_task(self.outcome.dropped.wait()): "dropped",
+            asyncio.create_task(self.outcome.preempted.wait()): "preempted",
         }
         exit_code: int | None = None
         try:

@@ -23,6 +23,7 @@ class LogStream:
         flush_interval: float,
         canceled: asyncio.Event,
         dropped: asyncio.Event,
+        preempted: asyncio.Event | None = None,
     ) -> None:
         self._client = client
         self._invoke_id = invoke_id
@@ -30,6 +31,7 @@ class LogStream:
         self._interval = flush_interval
         self._canceled = canceled
         self._dropped = dropped
+        self._preempted = preempted
         self._pieces: list[str] = []
         self._size = 0
         self._wake = asyncio.Event()
@@ -75,6 +77,8 @@ class LogStream:
                 self._canceled.set()
             elif verdict is LeaseVerdict.DROP:
                 self._dropped.set()
+            elif verdict is LeaseVerdict.PREEMPT and self._preempted is not None:
+                self._preempted.set()
 
     async def close(self) -> None:
         if self._task is not None:

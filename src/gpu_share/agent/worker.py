@@ -112,6 +112,7 @@ class Agent:
         self.client = CoordinatorClient(settings.server, transport=transport)
         self.nvml = nvml or Nvml()
         self.gpus: list[Gpu] = self.nvml.discover()
+        self.gpu_topology = self.nvml.topology(self.gpus)
         self.sandbox = sandbox or choose_sandbox(settings)
         self.runtimes = runtimes if runtimes is not None else detect_runtimes(self.gpus)
         self.slots = settings.max_concurrent_jobs or max(1, len(self.gpus))
@@ -149,6 +150,7 @@ class Agent:
             max_concurrent_jobs=self.slots,
             sandbox=self.sandbox.name,
             region=self.settings.region,
+            gpu_topology=self.gpu_topology,
         )
 
     async def connect(self) -> None:
@@ -323,6 +325,8 @@ class Agent:
                         job.outcome.canceled.set()
                     elif status.verdict is wire.LeaseVerdict.DROP:
                         job.outcome.dropped.set()
+                    elif status.verdict is wire.LeaseVerdict.PREEMPT:
+                        job.outcome.preempted.set()
             if stop.is_set():  # draining: keep the running jobs' leases alive
                 await asyncio.sleep(self.heartbeat_interval)
             else:
@@ -338,7 +342,10 @@ class Agent:
                 await self._slot_freed.wait()
                 continue
             request = wire.LeaseRequest(
-                slots=free, free_gpus=len(self._free_gpus), wait_sec=self.settings.lease_wait_sec
+                slots=free,
+                free_gpus=len(self._free_gpus),
+                free_gpu_indices=sorted(g.info.index for g in self._free_gpus),
+                wait_sec=self.settings.lease_wait_sec,
             )
             try:
                 response = await self.client.lease(request)
@@ -355,9 +362,8 @@ class Agent:
                 self._start(ctx, lease)
 
     def _start(self, ctx: JobContext, lease: wire.LeasedJob) -> None:
-        gpus = self._free_gpus[: lease.gpus] if lease.runtime.needs_gpu else []
-        del self._free_gpus[: len(gpus)]
-        job = Job(ctx, lease, gpus)
+        gpus, refusal = self._take_gpus(lease)
+        job = Job(ctx, lease, gpus, refusal=refusal)
         self.jobs[lease.invoke_id] = job
 
         async def run() -> None:
@@ -371,3 +377,30 @@ class Agent:
         task = asyncio.create_task(run(), name=f"job:{lease.invoke_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _take_gpus(self, lease: wire.LeasedJob) -> tuple[list[Gpu], str | None]:
+        """The GPUs the lease names (or, from a coordinator that names none, the first free
+        ones), now held by the job; or none and why the job cannot have them."""
+        if not lease.runtime.needs_gpu:
+            return [], None
+        if lease.gpu_indices is None:
+            gpus = self._free_gpus[: lease.gpus]
+        else:
+            free = {g.info.index: g for g in self._free_gpus}
+            wanted = list(dict.fromkeys(lease.gpu_indices))
+            mine = {g.info.index for g in self.gpus}
+            if len(wanted) != lease.gpus or not set(wanted) <= free.keys():
+                missing = [i for i in wanted if i not in mine]
+                busy = [i for i in wanted if i in mine and i not in free]
+                why = (
+                    f"this node was leased GPUs {lease.gpu_indices} for a {lease.gpus}-GPU job"
+                    + (f"; it has no GPU {missing}" if missing else "")
+                    + (f"; GPU {busy} is running another job" if busy else "")
+                    + "; the job was not started"
+                )
+                log.error("invoke %s: %s", lease.invoke_id, why)
+                return [], why
+            gpus = [free[i] for i in wanted]
+        for gpu in gpus:
+            self._free_gpus.remove(gpu)
+        return gpus, None

@@ -39,6 +39,7 @@ from gpu_share.coordinator.api import (
     provider,
     provider_applications,
     reliability,
+    reservations,
     sessions,
 )
 from gpu_share.coordinator.api.limits import RequestLimitMiddleware, limits_of
@@ -55,7 +56,9 @@ from gpu_share.coordinator.loops import (
     session_upkeep,
 )
 from gpu_share.coordinator.loops import payouts as loops_payouts
+from gpu_share.coordinator.loops import preemption as loops_preemption
 from gpu_share.coordinator.loops import reliability as loops_reliability
+from gpu_share.coordinator.loops import reservations as loops_reservations
 from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
 from gpu_share.coordinator.replica.key_cache import KeyCache
 from gpu_share.coordinator.replica.notify import notifier_for
@@ -175,14 +178,18 @@ def default_jobs(settings: Settings) -> list[PeriodicJob]:
             start_after_sec=settings.lease_ttl_sec,
         ),
         PeriodicJob("session-upkeep", settings.session_sweep_interval_sec, session_upkeep.run_once),
+        # Spot work gives way to waiting on-demand work (docs/placement.md, "Spot").
+        PeriodicJob("preemption", settings.lease_sweep_interval_sec, loops_preemption.run_once),
         PeriodicJob("housekeeping", HOUSEKEEPING_SEC, housekeeping.run_once),
         PeriodicJob("mail-delivery", settings.mail_interval_sec, mail_delivery.run_once),
         PeriodicJob("reliability", settings.reliability_interval_sec, loops_reliability.run_once),
         PeriodicJob("payouts", settings.payout_interval_sec, loops_payouts.run_once),
+        PeriodicJob("reservations", RESERVATIONS_SEC, loops_reservations.run_once),
     ]
 
 
 HOUSEKEEPING_SEC = 300.0
+RESERVATIONS_SEC = 15.0  # placement holds reserved GPUs on time; this keeps status and books
 
 
 def create_app(
@@ -262,6 +269,7 @@ def create_app(
         admin_payouts,
         billing,
         admin_billing,
+        reservations,
         install,
     ):
         app.include_router(module.router)

@@ -9,21 +9,30 @@
     POST /v1/agent/invokes/{id}/outputs  (octet-stream) → platform-stored outputs
     POST /v1/agent/invokes/{id}/checkpoint  (octet-stream) → the snapshot to resume from
     POST /v1/agent/invokes/{id}/result
+    POST /v1/agent/invokes/{id}/preempted   the job stopped at a PREEMPT verdict: requeue it
 
 Every call about a leased invoke carries its `lease_token`; a stale token gets 409.
 """
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import BaseModel, Field, model_validator
 
 from gpu_share.protocol.invokes import InvokeError, InvokeResult, InvokeStatus, OutputsUpload
-from gpu_share.protocol.nodes import MAX_GPUS, MAX_MB, GpuInfo, SandboxKind, Telemetry
+from gpu_share.protocol.nodes import (
+    MAX_GPUS,
+    MAX_MB,
+    GpuInfo,
+    GpuTopology,
+    SandboxKind,
+    Telemetry,
+)
 from gpu_share.protocol.runtimes import RuntimeName
 
 LEASE_TOKEN_HEADER = "X-Lease-Token"  # noqa: S105 (a header name)
+GpuIndex = Annotated[int, Field(ge=0, le=MAX_GPUS)]  # a GPU's NVML index on its node
 
 
 class NodeInventory(BaseModel):
@@ -38,6 +47,9 @@ class NodeInventory(BaseModel):
     max_concurrent_jobs: int = Field(ge=1, le=256)
     sandbox: SandboxKind
     region: str | None = Field(default=None, max_length=64)
+    gpu_topology: GpuTopology | None = Field(
+        default=None, description="NVLink/PCIe links between the GPUs; null: NVML could not say"
+    )
 
 
 class Registration(BaseModel):
@@ -71,6 +83,9 @@ class LeaseVerdict(StrEnum):
     KEEP = "keep"  # lease extended; carry on
     CANCEL = "cancel"  # the tenant canceled: stop the job, report `canceled`
     DROP = "drop"  # the lease is no longer yours (requeued or finished): stop, report nothing
+    # On-demand work needs this spot job's slot: stop it, let its last checkpoint upload,
+    # then report `POST …/preempted`; the coordinator requeues it (not a failure).
+    PREEMPT = "preempt"
 
 
 class LeaseStatus(BaseModel):
@@ -91,6 +106,11 @@ class HeartbeatAck(BaseModel):
 class LeaseRequest(BaseModel):
     slots: int = Field(ge=1, le=256, description="How many jobs the agent can start now")
     free_gpus: int = Field(ge=0, le=64)
+    free_gpu_indices: list[GpuIndex] | None = Field(
+        default=None,
+        max_length=MAX_GPUS,
+        description="Which GPUs (NVML index) are free; null from agents that do not say",
+    )
     wait_sec: float = Field(default=25.0, ge=0, le=60, description="Long-poll for this long")
 
 
@@ -125,6 +145,11 @@ class LeasedJob(BaseModel):
     inline_limit_bytes: int
     checkpoint: ArtifactRef | None = Field(
         default=None, description="A snapshot to resume from (training runtimes)"
+    )
+    gpu_indices: list[GpuIndex] | None = Field(
+        default=None,
+        description="The node's GPUs (NVML index) to run on, `gpus` of them; null from "
+        "coordinators that do not choose (the agent picks free ones)",
     )
 
 
@@ -164,6 +189,12 @@ class ResultReport(BaseModel):
         if self.status is not InvokeStatus.DONE and self.error is None:
             raise ValueError(f"a {self.status.value} result carries the error that ended it")
         return self
+
+
+class PreemptedReport(BaseModel):
+    """The job stopped at a PREEMPT verdict (its last checkpoint, if any, uploaded first)."""
+
+    lease_token: str = Field(max_length=64)
 
 
 class OutputsStored(BaseModel):

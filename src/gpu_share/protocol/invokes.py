@@ -117,6 +117,12 @@ class InvokeCreate(BaseModel):
         description="The most this invoke may cost, in USDC: caps what is reserved from the "
         "balance at submission and limits placement to nodes whose rate fits it",
     )
+    reservation_id: str | None = Field(
+        default=None,
+        max_length=40,
+        description="Run in this active dedicated reservation of yours: on its node and GPUs "
+        "only, ahead of other tenants' work, billed by the reservation (its own cost is 0)",
+    )
 
     @field_validator("model_url")
     @classmethod
@@ -176,6 +182,10 @@ class Invoke(BaseModel):
     priority: Priority
     node_id: str | None
     attempts: int
+    preemptions: int = Field(
+        default=0,
+        description="Times this spot invoke was stopped for on-demand work and requeued",
+    )
     created_at: datetime
     assigned_at: datetime | None
     started_at: datetime | None
@@ -193,6 +203,9 @@ class Invoke(BaseModel):
         description='What it cost, in USDC, once final ("0" when nothing was charged); null before',
     )
     warnings: list[str] = Field(default_factory=list)
+    reservation_id: str | None = Field(
+        default=None, description="The dedicated reservation it runs in (billed by it)"
+    )
 
 
 class ProbeUrlRequest(BaseModel):

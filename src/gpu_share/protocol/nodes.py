@@ -49,6 +49,37 @@ class GpuInfo(BaseModel):
     compute_capability: str | None = Field(default=None, max_length=10)
 
 
+class GpuLinkKind(StrEnum):
+    """How two GPUs of a node reach each other, fastest first (`nvidia-smi topo -m`)."""
+
+    NVLINK = "nvlink"  # NV#: NVLink, directly or through NVSwitches
+    BOARD = "board"  # on one multi-GPU board
+    PCIE_SWITCH = "pcie_switch"  # PIX: through one PCIe switch
+    PCIE_SWITCHES = "pcie_switches"  # PXB: through several PCIe switches
+    HOST_BRIDGE = "host_bridge"  # PHB: through the CPU's PCIe host bridge
+    NUMA_NODE = "numa_node"  # NODE: between host bridges of one NUMA node
+    SYSTEM = "system"  # SYS: across CPU sockets
+
+
+class GpuLink(BaseModel):
+    """The link between two GPUs of one node, by their NVML `index`."""
+
+    a: int = Field(ge=0, le=MAX_GPUS)
+    b: int = Field(ge=0, le=MAX_GPUS)
+    kind: GpuLinkKind
+    nvlinks: int = Field(default=0, ge=0, le=64, description="Active NVLink links between them")
+
+
+class GpuTopology(BaseModel):
+    """How a node's GPUs are linked, as NVML says; a pair NVML cannot describe is left out."""
+
+    links: list[GpuLink] = Field(default_factory=list, max_length=MAX_GPUS * (MAX_GPUS - 1) // 2)
+
+    @property
+    def nvlink(self) -> bool:
+        return any(link.kind is GpuLinkKind.NVLINK for link in self.links)
+
+
 class GpuTelemetry(BaseModel):
     index: int = Field(ge=0, le=MAX_GPUS)
     utilization_pct: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)

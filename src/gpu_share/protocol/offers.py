@@ -5,7 +5,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from gpu_share.protocol.nodes import NodeStatus, SandboxKind, Tier
+from gpu_share.protocol.nodes import GpuTopology, NodeStatus, SandboxKind, Tier
 from gpu_share.protocol.reliability import Reliability
 from gpu_share.protocol.runtimes import RuntimeName
 
@@ -45,6 +45,13 @@ class Offer(BaseModel):
     benchmark_score: float | None
     rank: float = Field(description="The placement rank; higher is placed first")
     rank_components: dict[str, float]
+    nvlink: bool = Field(default=False, description="Some of its GPUs are linked by NVLink")
+    reserved_gpus: int = Field(
+        default=0, description="Listed GPUs a dedicated reservation holds now: not free to others"
+    )
+    gpu_topology: GpuTopology | None = Field(
+        default=None, description="How its GPUs are linked (NVLink, PCIe); null: not reported"
+    )
 
 
 class OfferQuery(BaseModel):
@@ -56,5 +63,10 @@ class OfferQuery(BaseModel):
     min_reliability: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
     runtime: RuntimeName | None = None
     gpus: int = Field(default=1, ge=1, le=16, description="Listed GPUs needed on one node")
+    nvlink: bool | None = Field(
+        default=None,
+        description="true: only nodes with NVLink between `gpus` of their listed GPUs "
+        "(each pair linked); false: only nodes without NVLink",
+    )
     sort: OfferSort = OfferSort.RANK
     limit: int = Field(default=50, ge=1, le=200)

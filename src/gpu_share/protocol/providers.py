@@ -54,6 +54,10 @@ class ProviderNode(BaseModel):
     registered_at: datetime
     last_seen_at: datetime | None
     telemetry: Telemetry | None = Field(description="As of the last heartbeat")
+    reserved_gpus: list[int] = Field(
+        default_factory=list,
+        description="Its GPUs (NVML index) a tenant's dedicated reservation holds now",
+    )
     recent: list[TelemetrySample] = Field(
         default_factory=list, description="Heartbeats of the last minutes, oldest first"
     )

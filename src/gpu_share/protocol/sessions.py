@@ -69,6 +69,12 @@ class SessionCreate(BaseModel):
     max_price_per_gpu_hour: Decimal | None = Field(
         default=None, ge=0, max_digits=12, decimal_places=6
     )
+    reservation_id: str | None = Field(
+        default=None,
+        max_length=40,
+        description="Hold the model in this active dedicated reservation of yours: on its "
+        "node, in its GPUs' memory, billed by the reservation (its own cost is 0)",
+    )
 
     @field_validator("model_url")
     @classmethod

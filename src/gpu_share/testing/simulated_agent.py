@@ -16,7 +16,7 @@ import httpx
 from gpu_share.agent.client import CoordinatorClient, StaleLease
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.invokes import InvokeResult, InvokeStatus, Metrics
-from gpu_share.protocol.nodes import GpuInfo, SandboxKind
+from gpu_share.protocol.nodes import GpuInfo, GpuTopology, SandboxKind
 from gpu_share.protocol.runtimes import RuntimeName
 
 H100 = GpuInfo(
@@ -39,18 +39,31 @@ def inventory(
     region: str | None = None,
     hostname: str = "sim-node",
     sandbox: SandboxKind = SandboxKind.PROCESS,
+    gpu_topology: GpuTopology | None = None,
 ) -> wire.NodeInventory:
+    """A node's inventory; `gpus=[H100] * 4` makes four distinct GPUs (index 0…3, own UUIDs)."""
     return wire.NodeInventory(
         hostname=hostname,
         agent_version="sim",
         cpu_count=4,
         ram_mb=16384,
-        gpus=gpus or [],
+        gpus=_distinct(gpus or []),
         runtimes=runtimes or [RuntimeName.ONNX_CPU],
         max_concurrent_jobs=slots,
         sandbox=sandbox,
         region=region,
+        gpu_topology=gpu_topology,
     )
+
+
+def _distinct(gpus: list[GpuInfo]) -> list[GpuInfo]:
+    """The same GPU listed again becomes the next one of the machine, as NVML would list it."""
+    if len({g.index for g in gpus}) == len(gpus):
+        return gpus
+    return [
+        g if n == 0 else g.model_copy(update={"index": n, "uuid": f"{g.uuid}-{n}"})
+        for n, g in enumerate(gpus)
+    ]
 
 
 def npz_bytes(**arrays: object) -> bytes:
@@ -111,10 +124,19 @@ class SimulatedAgent:
         )
 
     async def lease(
-        self, slots: int = 1, wait: float = 0.0, free_gpus: int = 8
+        self,
+        slots: int = 1,
+        wait: float = 0.0,
+        free_gpus: int = 8,
+        free_gpu_indices: list[int] | None = None,
     ) -> list[wire.LeasedJob]:
         response = await self.client.lease(
-            wire.LeaseRequest(slots=slots, free_gpus=free_gpus, wait_sec=wait)
+            wire.LeaseRequest(
+                slots=slots,
+                free_gpus=free_gpus,
+                free_gpu_indices=free_gpu_indices,
+                wait_sec=wait,
+            )
         )
         self.leased.extend(job.invoke_id for job in response.jobs)
         return response.jobs

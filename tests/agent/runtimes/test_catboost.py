@@ -30,6 +30,7 @@ from gpu_share.agent.runtimes.catboost_config import (
     CONFIG_KEYS,
     IGNORED,
     REFUSED,
+    REPLACED,
 )
 from gpu_share.agent.runtimes.jobspec import RuntimeResult, read_result
 from gpu_share.agent.runtimes.npz import load_npz
@@ -674,10 +675,12 @@ def test_a_config_mistake_is_reported_without_importing_catboost(tmp_path: Path)
 
 
 def test_every_catboost_keyword_is_either_passed_through_or_refused_with_a_reason() -> None:
+    """…or set by the runtime over the tenant's value (REPLACED), which the log says."""
     import inspect
 
-    known = CATBOOST_PARAMS | set(REFUSED) | IGNORED | set(ALIASES) | set(CONFIG_KEYS)
+    known = CATBOOST_PARAMS | set(REFUSED) | REPLACED | IGNORED | set(ALIASES) | set(CONFIG_KEYS)
     for estimator in (CatBoostClassifier, CatBoostRegressor, CatBoostRanker):
         keywords = set(inspect.signature(estimator.__init__).parameters) - {"self"}
         assert keywords <= known, f"{estimator.__name__}: {sorted(keywords - known)}"
     assert not CATBOOST_PARAMS & set(REFUSED)
+    assert not CATBOOST_PARAMS & REPLACED and not REPLACED & set(REFUSED)

@@ -429,6 +429,27 @@ def test_command_binds_only_the_assigned_gpus_device_nodes(host: Host) -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == env["NVIDIA_VISIBLE_DEVICES"] == "GPU-aaa"
 
 
+def test_command_for_two_of_four_gpus_binds_those_two_and_names_them_in_order(
+    host: Host,
+) -> None:
+    minors = {"GPU-a": 0, "GPU-b": 1, "GPU-c": 2, "GPU-d": 3}
+    argv = BwrapSandbox(gpu_minor_numbers=minors).command(
+        spec_for(host.job_b, gpu_uuids=["GPU-d", "GPU-b"])
+    )
+    assert options(argv, "--dev-bind", 2) == [
+        ("/dev/nvidia3", "/dev/nvidia3"),
+        ("/dev/nvidia1", "/dev/nvidia1"),
+    ]
+    assert {pair[0] for pair in options(argv, "--dev-bind-try", 2)} == {
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia-modeset",
+    }
+    # CUDA numbers the job's GPUs 0 and 1 in this order: GPU-d is its device 0.
+    assert setenv(argv)["CUDA_VISIBLE_DEVICES"] == "GPU-d,GPU-b"
+
+
 def test_command_refuses_a_gpu_this_machine_does_not_have(host: Host) -> None:
     sandbox = BwrapSandbox(gpu_minor_numbers={"GPU-aaa": 0})
     with pytest.raises(SandboxError, match="GPU-zzz"):

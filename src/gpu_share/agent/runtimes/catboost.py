@@ -28,6 +28,7 @@ importances) and `feature_importances`. CatBoost's own files (its train_dir)
 stay in the job's `tmp/catboost`.
 """
 
+import json
 import math
 import os
 import re
@@ -175,6 +176,14 @@ def run_catboost(spec: JobSpec) -> RuntimeResult:
 
     device, device_params = _device(spec)
     params.update(device_params)
+    for key, value in config.replaced.items():
+        log(
+            f"train config: {key} {json.dumps(value)} is replaced by "
+            f"{json.dumps(device_params.get(key))}: the runtime trains on the GPUs the job "
+            "was given"
+            if key in device_params
+            else f"train config: {key} is ignored: a {spec.runtime.value} job trains on the CPU"
+        )
 
     data = training_data(_read_inputs(spec.inputs, memory_limit(spec)), config)
     log(_describe_data(data))
@@ -308,8 +317,16 @@ def _device(spec: JobSpec) -> tuple[str, dict[str, Any]]:
         return "cpu", {"task_type": "CPU"}
     from catboost.utils import get_gpu_device_count
 
-    seen = get_gpu_device_count()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return "cuda", gpu_params(get_gpu_device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def gpu_params(seen: int, visible: str | None) -> dict[str, Any]:
+    """CatBoost's device keywords for training on every GPU the sandbox made visible.
+
+    `CUDA_VISIBLE_DEVICES` names the job's GPUs (by UUID); CUDA numbers them 0, 1, … in
+    that order, so `devices` is "0:1:…" in the sandbox's numbering, one per GPU the job
+    was given and CatBoost sees (`seen`).
+    """
     assigned = seen if visible is None else len([d for d in visible.split(",") if d.strip()])
     if seen == 0 or assigned == 0:
         raise JobFailure(
@@ -318,8 +335,10 @@ def _device(spec: JobSpec) -> tuple[str, dict[str, Any]]:
             + (", and none is assigned to the job" if assigned == 0 else "")
             + "); run the job as catboost_cpu or on a node that offers catboost_cuda",
         )
+    if seen < assigned:
+        log(f"CatBoost sees {seen} of the {assigned} GPUs given to the job; training on those")
     count = min(seen, assigned)
-    return "cuda", {"task_type": "GPU", "devices": ":".join(str(i) for i in range(count))}
+    return {"task_type": "GPU", "devices": ":".join(str(i) for i in range(count))}
 
 
 def _check_params(estimator: Any, params: dict[str, Any], task: str, data: TrainingData) -> None:

@@ -99,7 +99,6 @@ REFUSED: dict[str, str] = {
     "input_borders": "it names a file on the node; borders cannot be loaded from a file here",
     "output_borders": "it names a file on the node to write borders to",
     "task_type": _DEVICE,
-    "devices": _DEVICE,
     "device_config": _DEVICE,
     "pinned_memory_size": "it sizes pinned host memory, which the node manages",
     "callback": "Python callbacks cannot be given in a JSON config",
@@ -113,6 +112,10 @@ REFUSED: dict[str, str] = {
 
 # Logging keywords: the runtime prints progress about a hundred times per training.
 IGNORED = frozenset({"verbose", "verbose_eval", "silent", "logging_level"})
+
+# Keywords the runtime sets itself over the tenant's value, saying so in the log: a job
+# trains on exactly the GPUs it was given (SPEC §4.3), whichever the config names.
+REPLACED = frozenset({"devices"})
 
 
 class TrainConfig(BaseModel):
@@ -138,6 +141,7 @@ class TrainConfig(BaseModel):
     eval_metric: str | None = None
 
     ignored: list[str] = Field(default_factory=list, exclude=True)
+    replaced: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -147,9 +151,13 @@ class TrainConfig(BaseModel):
         keys: dict[str, Any] = {}
         given_as: dict[str, str] = {}
         ignored = []
+        replaced: dict[str, Any] = {}
         for key, value in raw.items():
             if key == "ignored" or key in IGNORED:
                 ignored.append(key)
+                continue
+            if key in REPLACED:
+                replaced[key] = value
                 continue
             if key in REFUSED:
                 raise ValueError(f"{key} cannot be set: {REFUSED[key]}")
@@ -162,7 +170,7 @@ class TrainConfig(BaseModel):
                 )
             keys[name] = value
             given_as[name] = key
-        return {**keys, "ignored": ignored}
+        return {**keys, "ignored": ignored, "replaced": replaced}
 
     @field_validator("thread_count")
     @classmethod

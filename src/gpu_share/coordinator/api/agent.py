@@ -12,7 +12,7 @@ from gpu_share.coordinator.api.paths import InvokeId
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.replica.notify import Channel
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import job_files, leases, nodes, providers
+from gpu_share.coordinator.services import job_files, leases, nodes, preemption, providers
 from gpu_share.coordinator.services.invoke_state import Lease
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.artifacts import ArtifactKind
@@ -195,6 +195,23 @@ async def store_checkpoint(
         base_url=base_url(replica, request),
     )
     return wire.CheckpointStored(artifact_id=stored.id, size=stored.size)
+
+
+@router.post(
+    "/invokes/{invoke_id}/preempted", status_code=204, responses=errors(*AUTH, 404, 409, 422)
+)
+async def report_preempted(
+    invoke_id: InvokeId, body: wire.PreemptedReport, caller: NodePrincipal, replica: ReplicaDep
+) -> None:
+    """The job stopped at a PREEMPT verdict; it is requeued (409 when the lease is stale)."""
+    async with replica.db.write() as session:
+        await preemption.confirm(
+            session,
+            Lease(invoke_id, caller.node_id, body.lease_token),
+            replica.clock.now(),
+            replica.settings,
+        )
+    await replica.notifier.publish(Channel.WORK)
 
 
 @router.post("/invokes/{invoke_id}/result", status_code=204, responses=errors(*AUTH, 404, 409, 422))

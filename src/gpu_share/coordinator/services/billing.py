@@ -11,7 +11,13 @@
   the micro-USDC, never past `timeout_sec` and never above the reserve. Failures on
   the provider's side (`PROVIDER_SIDE`, the reliability score's definition) cost
   nothing; a requeued invoke is metered for its final attempt only (a requeue clears
-  `started_at`).
+  `started_at`), except for the progress a preempted spot attempt kept.
+- A preempted attempt (`charge_preempted`, at its requeue) is metered from its start to
+  its last uploaded checkpoint, the work the next attempt resumes from; what ran after
+  that checkpoint is lost to the preemption and costs nothing, and an attempt that
+  saved none costs nothing. One CHARGE per attempt, cause
+  ``invoke:{id}:attempt:{n}:preempted``, taken from the reserve; the settlement then
+  charges the final attempt from what is left of it.
 - `settle` runs in the transaction of the final status change (`invoke_state` calls
   it): one CHARGE (reserve → provider, commission, the rest back to the balance) or
   one RELEASE, under the cause ``invoke:{id}:settle``, posted once whatever retries.
@@ -23,7 +29,7 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.orm import InvokeRow, LedgerTransactionRow, NodeRow
+from gpu_share.coordinator.core.orm import ArtifactRow, InvokeRow, LedgerTransactionRow, NodeRow
 from gpu_share.coordinator.core.settings import BillingMode, Settings
 from gpu_share.coordinator.services import ledger, prices
 from gpu_share.coordinator.services.ledger import ChargeDetails, TransactionKind
@@ -61,6 +67,22 @@ def reserve_cause(invoke_id: str) -> str:
 
 def settle_cause(invoke_id: str) -> str:
     return f"invoke:{invoke_id}:settle"
+
+
+def preempted_cause(invoke_id: str, attempt: int) -> str:
+    return f"invoke:{invoke_id}:attempt:{attempt}:preempted"
+
+
+async def preempted_charges(session: AsyncSession, invoke_id: str, attempts: int) -> int:
+    """What the invoke's preempted attempts (of its first `attempts`) were charged so far
+    (`charge_preempted`); looked up by exact cause, so by the ledger's unique index."""
+    causes = [preempted_cause(invoke_id, n) for n in range(1, attempts + 1)]
+    if not causes:
+        return 0
+    found = await session.scalars(
+        select(LedgerTransactionRow.details).where(LedgerTransactionRow.cause.in_(causes))
+    )
+    return sum(int((details or {}).get("cost_micro", 0)) for details in found)
 
 
 def gpu_model_of(node: NodeRow, gpus: int) -> str:
@@ -177,11 +199,19 @@ async def settle(session: AsyncSession, invoke_id: str, now: datetime) -> int:
                 InvokeRow.reserved_micro,
                 InvokeRow.rate_micro_per_hour,
                 InvokeRow.cost_micro,
+                InvokeRow.attempts,
+                InvokeRow.preemptions,
             ).where(InvokeRow.id == invoke_id)
         )
     ).one()
     if row.cost_micro is not None and row.reserved_micro == 0:
         return int(row.cost_micro)  # free mode: it was "0" from the start
+    charged = (
+        await preempted_charges(session, invoke_id, row.attempts)
+        if row.reserved_micro and row.preemptions
+        else 0
+    )
+    left = row.reserved_micro - charged  # what the preempted attempts left of the reserve
     rate = row.rate_micro_per_hour or 0
     ms = 0
     if row.started_at is not None and row.finished_at is not None:
@@ -189,9 +219,9 @@ async def settle(session: AsyncSession, invoke_id: str, now: datetime) -> int:
         ms = min(int(elapsed.total_seconds() * 1000), row.timeout_sec * 1000)
     if row.error_code in {code.value for code in PROVIDER_SIDE} or row.node_id is None:
         ms = 0
-    cost = int(min(metered(rate, ms), row.reserved_micro))
+    cost = int(min(metered(rate, ms), left))
     await session.execute(
-        update(InvokeRow).where(InvokeRow.id == invoke_id).values(cost_micro=cost)
+        update(InvokeRow).where(InvokeRow.id == invoke_id).values(cost_micro=charged + cost)
     )
     if row.reserved_micro == 0:
         return cost
@@ -202,12 +232,12 @@ async def settle(session: AsyncSession, invoke_id: str, now: datetime) -> int:
             cause=settle_cause(invoke_id),
             kind=TransactionKind.RELEASE,
             entries=ledger.transfer(
-                ledger.tenant_reserved(tenant), ledger.tenant_balance(tenant), row.reserved_micro
+                ledger.tenant_reserved(tenant), ledger.tenant_balance(tenant), left
             ),
             now=now,
             details={"tenant_id": tenant, "work": "invoke", "work_id": invoke_id},
         )
-        return 0
+        return charged
     node = await session.get(NodeRow, row.node_id)
     assert node is not None and row.started_at is not None and row.finished_at is not None
     bps = await commission_of(session, reserve_cause(invoke_id))
@@ -234,11 +264,82 @@ async def settle(session: AsyncSession, invoke_id: str, now: datetime) -> int:
         session,
         cause=settle_cause(invoke_id),
         kind=TransactionKind.CHARGE,
-        entries=charge_entries(tenant, node.provider_id, row.reserved_micro, cost, commission),
+        entries=charge_entries(tenant, node.provider_id, left, cost, commission),
         now=now,
         details=details,
     )
-    return cost
+    return charged + cost
+
+
+async def charge_preempted(
+    session: AsyncSession,
+    invoke_id: str,
+    *,
+    attempt: int,
+    node_id: str,
+    started_at: datetime | None,
+    now: datetime,
+) -> int:
+    """Charge a preempted attempt for the progress it kept, once; returns the cost.
+
+    Called by `invoke_state.requeue_preempted` in the requeue's transaction: from the
+    attempt's start to the checkpoint it last uploaded (the next attempt resumes there),
+    never past `timeout_sec`, never above what is left of the reserve. Only this cost
+    leaves the reserve: the rest stays held for the attempts to come."""
+    row = (
+        await session.execute(
+            select(
+                InvokeRow.tenant_id,
+                InvokeRow.runtime,
+                InvokeRow.priority,
+                InvokeRow.gpus,
+                InvokeRow.timeout_sec,
+                InvokeRow.reserved_micro,
+                InvokeRow.rate_micro_per_hour,
+                ArtifactRow.created_at.label("checkpoint_at"),
+            )
+            .outerjoin(ArtifactRow, ArtifactRow.id == InvokeRow.checkpoint_artifact_id)
+            .where(InvokeRow.id == invoke_id)
+        )
+    ).one()
+    saved_at = row.checkpoint_at
+    if row.reserved_micro == 0 or started_at is None or saved_at is None or saved_at <= started_at:
+        return 0  # nothing reserved, never started, or no progress kept from this attempt
+    ms = min(int((saved_at - started_at).total_seconds() * 1000), row.timeout_sec * 1000)
+    left = row.reserved_micro - await preempted_charges(session, invoke_id, attempt)
+    cost = int(min(metered(row.rate_micro_per_hour or 0, ms), left))
+    node = await session.get(NodeRow, node_id)
+    if cost <= 0 or node is None:
+        return 0
+    bps = await commission_of(session, reserve_cause(invoke_id))
+    provider_share, commission = ledger.split_commission(cost, bps)
+    details: ChargeDetails = {
+        "tenant_id": row.tenant_id,
+        "provider_id": node.provider_id,
+        "node_id": node.id,
+        "work": "invoke",
+        "work_id": invoke_id,
+        "runtime": row.runtime,
+        "gpu_model": gpu_model_of(node, row.gpus),
+        "gpus": units(row.gpus),
+        "spot": row.priority == "spot",
+        "seconds": ms / 1000,
+        "rate_micro_per_hour": row.rate_micro_per_hour or 0,
+        "cost_micro": cost,
+        "provider_micro": provider_share,
+        "commission_micro": commission,
+        "started_at": started_at.isoformat(),
+        "ended_at": saved_at.isoformat(),
+    }
+    posted = await ledger.post(
+        session,
+        cause=preempted_cause(invoke_id, attempt),
+        kind=TransactionKind.CHARGE,
+        entries=charge_entries(row.tenant_id, node.provider_id, cost, cost, commission),
+        now=now,
+        details=details,
+    )
+    return cost if posted else 0
 
 
 def charge_entries(

@@ -4,28 +4,31 @@
       │                   │                   │
       ├─cancel_queued     ├─ finish (agent: done, failed, timeout, canceled)
       └─fail_queued       ├─ end (coordinator: lease lost for good, overran, canceled)
-        (failed,          └─ requeue ──▶ queued (lease expired, attempts left)
-         canceled)
+        (failed,          ├─ requeue ──▶ queued (lease expired, attempts left)
+         canceled)        └─ requeue_preempted ──▶ queued (spot work stopped for
+                              on-demand work: preemptions + 1, not an attempt lost)
 
 A transition names the statuses it leaves from and, for a leased invoke, the
 lease (node and token) it must still hold. The UPDATE must touch exactly one row;
 zero rows means another actor got there first, and the caller learns it as `False`.
 Nothing else in the coordinator writes `InvokeRow.status`. Every transition into a
 final status settles the invoke's money (`billing.settle`) in the same transaction, so
-a status is never final without its charge or release, nor charged twice.
+a status is never final without its charge or release, nor charged twice; likewise a
+preempted attempt is charged for the progress it kept (`billing.charge_preempted`) in
+the transaction that requeues it.
 """
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import InvokeRow
 from gpu_share.coordinator.services import billing
 from gpu_share.protocol.errors import ErrorCode
-from gpu_share.protocol.invokes import ACTIVE, InvokeError, InvokeResult, InvokeStatus
+from gpu_share.protocol.invokes import ACTIVE, InvokeError, InvokeResult, InvokeStatus, Priority
 
 ACTIVE_VALUES = sorted(s.value for s in ACTIVE)
 
@@ -81,9 +84,10 @@ async def assign(
     expires_at: datetime,
     now: datetime,
     rate_micro_per_hour: int = 0,
+    gpu_indices: list[int] | None = None,
 ) -> bool:
     """queued → assigned: the node holds it until `expires_at` unless heartbeats extend it;
-    its rate is fixed now (`billing.placed_rate`)."""
+    its rate is fixed now (`billing.placed_rate`), and the GPUs it gets are recorded."""
     return await _transition(
         session,
         invoke_id,
@@ -96,6 +100,7 @@ async def assign(
             "attempts": attempt,
             "assigned_at": now,
             "rate_micro_per_hour": rate_micro_per_hour,
+            "gpu_indices": null() if gpu_indices is None else gpu_indices,  # SQL NULL
         },
         InvokeRow.attempts == attempt - 1,
     )
@@ -204,6 +209,62 @@ async def requeue(session: AsyncSession, lease: Lease) -> bool:
         },
         *_held(lease),
     )
+
+
+async def request_preempt(session: AsyncSession, lease: Lease, now: datetime) -> bool:
+    """Record that on-demand work needs this spot invoke's slot; its node hears PREEMPT.
+
+    Only a running (or assigned) spot invoke the tenant has not canceled, once."""
+    return await _transition(
+        session,
+        lease.invoke_id,
+        ACTIVE_VALUES,
+        {"preempt_requested_at": now},
+        *_held(lease),
+        InvokeRow.priority == Priority.SPOT.value,
+        InvokeRow.preempt_requested_at.is_(None),
+        InvokeRow.cancel_requested_at.is_(None),
+    )
+
+
+async def requeue_preempted(session: AsyncSession, lease: Lease, now: datetime) -> bool:
+    """assigned/running → queued after a preemption: counted in `preemptions`, never
+    against `max_attempts`. The progress the attempt kept (up to its last checkpoint,
+    which stays for the next attempt) is charged in the same transaction
+    (`billing.charge_preempted`); the rest of the reserve stays held."""
+    attempt, started_at = (
+        await session.execute(
+            select(InvokeRow.attempts, InvokeRow.started_at).where(InvokeRow.id == lease.invoke_id)
+        )
+    ).one()
+    if not await _transition(
+        session,
+        lease.invoke_id,
+        ACTIVE_VALUES,
+        {
+            "status": InvokeStatus.QUEUED.value,
+            "node_id": None,
+            "lease_token": None,
+            "lease_expires_at": None,
+            "assigned_at": None,
+            "started_at": None,
+            "deadline_at": None,
+            "preempt_requested_at": None,
+            "preemptions": InvokeRow.preemptions + 1,
+        },
+        *_held(lease),
+        InvokeRow.preempt_requested_at.is_not(None),
+    ):
+        return False
+    await billing.charge_preempted(
+        session,
+        lease.invoke_id,
+        attempt=attempt,
+        node_id=lease.node_id,
+        started_at=started_at,
+        now=now,
+    )
+    return True
 
 
 async def end(

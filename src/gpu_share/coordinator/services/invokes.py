@@ -24,7 +24,7 @@ from gpu_share.coordinator.core.ids import checked_cursor, new_id
 from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.replica.notify import Channel, Notifier
-from gpu_share.coordinator.services import billing, invoke_state, nodes
+from gpu_share.coordinator.services import billing, invoke_state, nodes, reservation_holds
 from gpu_share.coordinator.services.placement import Requirements, requirements_of, serves
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import (
@@ -56,6 +56,7 @@ def to_wire(row: InvokeRow) -> Invoke:
         priority=Priority(row.priority),
         node_id=row.node_id,
         attempts=row.attempts,
+        preemptions=row.preemptions,
         created_at=row.created_at,
         assigned_at=row.assigned_at,
         started_at=row.started_at,
@@ -67,6 +68,7 @@ def to_wire(row: InvokeRow) -> Invoke:
         rate_per_hour=billing.cost_text(row.rate_micro_per_hour),
         cost=billing.cost_text(row.cost_micro),
         warnings=list(row.warnings or []),
+        reservation_id=row.reservation_id,
     )
 
 
@@ -160,8 +162,10 @@ def no_capacity(req: Requirements, missing: str) -> Unavailable:
 
 
 def request_hash(body: InvokeCreate) -> str:
-    # Without an unset max_cost, so keys used before it existed still match their invoke.
-    dumped = body.model_dump(mode="json", exclude={"max_cost"} if body.max_cost is None else None)
+    # Without an unset max_cost or reservation_id, so keys used before they existed still
+    # match their invoke.
+    unset = {name for name in ("max_cost", "reservation_id") if getattr(body, name) is None}
+    dumped = body.model_dump(mode="json", exclude=unset or None)
     canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -243,10 +247,16 @@ async def create(
                 if body.inputs_url
                 else ResolvedUrl(None, None)
             )
-            missing = await nodes.missing_capacity(session, req, now, settings)
-            if missing is not None:
-                raise no_capacity(req, missing)
-            reserve, placed = await reserve_plan(session, settings, body, req, now)
+            if body.reservation_id is not None:  # billed by the reservation: reserve nothing
+                await reservation_holds.check_work(
+                    session, tenant_id, body.reservation_id, req, now
+                )
+                reserve, placed = 0, req
+            else:
+                missing = await nodes.missing_capacity(session, req, now, settings)
+                if missing is not None:
+                    raise no_capacity(req, missing)
+                reserve, placed = await reserve_plan(session, settings, body, req, now)
             row = InvokeRow(
                 id=new_id("inv"),
                 tenant_id=tenant_id,
@@ -272,7 +282,9 @@ async def create(
                 log_bytes=0,
                 max_cost_micro=body.max_cost,
                 reserved_micro=0,
-                cost_micro=None if billing.prepaid(settings) else 0,  # free: "0" throughout
+                # Free billing, or a reservation's work: "0" throughout.
+                cost_micro=0 if not billing.prepaid(settings) or body.reservation_id else None,
+                reservation_id=body.reservation_id,
             )
             session.add(row)
             await session.flush()

@@ -18,11 +18,13 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
 from gpu_share.coordinator.services import (
     billing,
+    gpu_assignment,
     invoke_state,
     memory_fit,
     nodes,
     presence,
     ranking,
+    reservation_holds,
 )
 from gpu_share.coordinator.services.artifacts import artifact_url
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES, Lease
@@ -91,6 +93,22 @@ async def claim(
     free_vram_mb = memory_fit.gpu_memory_mb(node) - (
         (await memory_fit.session_reservations(session)).get(node_id, 0)
     )
+    # Whole GPUs: those the node's active jobs hold are taken; the agent may know more.
+    held = await gpu_assignment.held_indices(session, node_id)
+    agent_free = None if request.free_gpu_indices is None else set(request.free_gpu_indices)
+    # Dedicated reservations in force here: their work first, on their GPUs only; nobody
+    # else's work on those GPUs (`reservation_holds.off_limits`).
+    holds = await reservation_holds.held_on(session, now, node_id)
+    first: list[str] = []
+    for invoke_id, _, runtime, gpus, constraints, _ in await reservation_holds.queued_work(
+        session, holds
+    ):
+        req = Requirements.from_parts(runtime, gpus, constraints)
+        if serves(node, req, now) and memory_fit.gpu_job_fits(
+            req.runtime, req.min_vram_mb, free_vram_mb
+        ):
+            first.append(invoke_id)
+    reserved = reservation_holds.off_limits(node, holds, None)
     rivals = await _better_pollers(session, node, now)
     grace = now - timedelta(seconds=RANKING_GRACE_SEC)
     eligible: list[tuple[str, str]] = []
@@ -100,12 +118,13 @@ async def claim(
             gpus <= request.free_gpus
             and serves(node, req, now)
             and memory_fit.gpu_job_fits(req.runtime, req.min_vram_mb, free_vram_mb)
+            and gpu_assignment.choose(node, req, held | reserved, agent_free) is not None
         ):
             continue
         if created_at > grace and any(_can_take(rival, req, now) for rival in rivals):
             continue  # a better ranked node is waiting for exactly this
         eligible.append((invoke_id, tenant_id))
-    order = {invoke_id: n for n, invoke_id in enumerate(_round_robin(eligible))}
+    order = {invoke_id: n for n, invoke_id in enumerate([*first, *_round_robin(eligible)])}
     if not order:
         node.polling_until = polling_until
         node.poll_free_slots, node.poll_free_gpus = free, request.free_gpus
@@ -123,13 +142,19 @@ async def claim(
     for row in sorted(locked, key=lambda row: order[row.id]):
         if len(jobs) >= free:
             break
-        if not serves(node, Requirements.of(row), now) or row.gpus > free_gpus:
+        req = Requirements.of(row)
+        if not serves(node, req, now) or row.gpus > free_gpus:
             continue
-        job = await _lease(session, row, node, now, ctx)
+        off_limits = reservation_holds.off_limits(node, holds, row.reservation_id)
+        indices = gpu_assignment.choose(node, req, held | off_limits, agent_free)
+        if indices is None:
+            continue  # an earlier job of this claim took the GPUs it could have had
+        job = await _lease(session, row, node, now, ctx, indices)
         if job is not None:
             jobs.append(job)
             served.add(row.tenant_id)
             free_gpus -= row.gpus
+            held.update(indices)
     await _mark_served(session, served, now)
     node.polling_until = None if jobs else polling_until
     return jobs
@@ -169,7 +194,9 @@ def _fair_candidates(session: AsyncSession, runtimes: list[str]) -> Select[Any]:
         InvokeRow.constraints,
         InvokeRow.created_at,
     )
-    queued = InvokeRow.status == InvokeStatus.QUEUED.value
+    # A reservation's work is read apart (`reservation_holds.queued_work`): it runs on its
+    # node only.
+    queued = (InvokeRow.status == InvokeStatus.QUEUED.value) & InvokeRow.reservation_id.is_(None)
     if session.get_bind().dialect.name != "postgresql":
         return (
             select(*columns)
@@ -267,8 +294,14 @@ async def artifact_ref(
 
 
 async def _lease(
-    session: AsyncSession, row: InvokeRow, node: NodeRow, now: datetime, ctx: LeaseContext
+    session: AsyncSession,
+    row: InvokeRow,
+    node: NodeRow,
+    now: datetime,
+    ctx: LeaseContext,
+    gpu_indices: list[int],
 ) -> wire.LeasedJob | None:
+    """Lease one invoke to the node, on `gpu_indices` of its GPUs (none for a CPU job)."""
     node_id = node.id
     model = await artifact_ref(
         session, row.model_url, row.model_artifact_id, row.model_sha256, now, ctx
@@ -301,8 +334,8 @@ async def _lease(
         await billing.placed_rate(
             session, node, gpus=row.gpus, spot=row.priority == Priority.SPOT.value
         )
-        if billing.prepaid(ctx.settings)
-        else 0  # free billing: nothing to fix
+        if billing.prepaid(ctx.settings) and row.reservation_id is None
+        else 0  # free billing, or a reservation's work (the reservation is billed): nothing
     )
     if not await invoke_state.assign(
         session,
@@ -312,6 +345,7 @@ async def _lease(
         expires_at=expires,
         now=now,
         rate_micro_per_hour=rate,
+        gpu_indices=gpu_indices or None,
     ):
         return None
     return wire.LeasedJob(
@@ -329,6 +363,7 @@ async def _lease(
         else None,
         inline_limit_bytes=ctx.settings.inline_output_limit_bytes,
         checkpoint=checkpoint,
+        gpu_indices=gpu_indices or None,
     )
 
 
@@ -352,6 +387,8 @@ def _verdict(row: InvokeRow | None, lease: Lease) -> wire.LeaseVerdict:
         return wire.LeaseVerdict.DROP
     if row.cancel_requested_at is not None:
         return wire.LeaseVerdict.CANCEL
+    if row.preempt_requested_at is not None:
+        return wire.LeaseVerdict.PREEMPT
     return wire.LeaseVerdict.KEEP
 
 
@@ -383,15 +420,21 @@ async def heartbeat(
     for running in beat.running:
         lease = Lease(running.invoke_id, node_id, running.lease_token)
         verdict = _verdict(rows.get(running.invoke_id), lease)
-        if verdict is not wire.LeaseVerdict.DROP and not await invoke_state.extend(
-            session, lease, expires
-        ):
+        # A job told to stop for a preemption is not extended: if its node never
+        # confirms, the lease runs out and expiry requeues it all the same.
+        if verdict not in (
+            wire.LeaseVerdict.DROP,
+            wire.LeaseVerdict.PREEMPT,
+        ) and not await invoke_state.extend(session, lease, expires):
             verdict = wire.LeaseVerdict.DROP  # requeued or finished since the read
+        held: datetime | None = expires
+        if verdict is wire.LeaseVerdict.PREEMPT:
+            held = rows[running.invoke_id].lease_expires_at
         statuses.append(
             wire.LeaseStatus(
                 invoke_id=running.invoke_id,
                 verdict=verdict,
-                lease_expires_at=None if verdict is wire.LeaseVerdict.DROP else expires,
+                lease_expires_at=None if verdict is wire.LeaseVerdict.DROP else held,
             )
         )
     return wire.HeartbeatAck(
@@ -525,13 +568,27 @@ async def expire_leases(
                 now,
             ):
                 report.canceled += 1
-        elif row.attempts >= row.max_attempts:
+        elif row.preempt_requested_at is not None:
+            # Stopped for on-demand work but never confirmed (its node went away during
+            # the preemption): still a preemption, requeued once, never a lost attempt.
+            if await invoke_state.requeue_preempted(session, lease, now):
+                add_log(
+                    session,
+                    row,
+                    f"[coordinator] preempted for on-demand work; node {lease.node_id} did "
+                    "not confirm before its lease ran out; requeued\n",
+                    now,
+                    settings,
+                )
+                report.requeued += 1
+        elif row.attempts - row.preemptions >= row.max_attempts:
             if await invoke_state.end(
                 session,
                 lease,
                 InvokeStatus.FAILED,
                 ErrorCode.LEASE_EXPIRED,
-                f"the node running it stopped responding, {row.attempts} times; giving up",
+                f"the node running it stopped responding, {row.attempts - row.preemptions} "
+                "times; giving up",
                 now,
             ):
                 report.failed += 1
@@ -540,7 +597,7 @@ async def expire_leases(
                 session,
                 row,
                 f"[coordinator] node {lease.node_id} stopped responding; requeued "
-                f"(attempt {row.attempts} of {row.max_attempts})\n",
+                f"(attempt {row.attempts - row.preemptions} of {row.max_attempts})\n",
                 now,
                 settings,
             )

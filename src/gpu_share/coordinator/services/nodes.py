@@ -52,6 +52,9 @@ def _apply_inventory(row: NodeRow, inventory: wire.NodeInventory) -> None:
     row.runtimes = sorted({r.value for r in inventory.runtimes})
     row.sandbox = inventory.sandbox
     row.max_concurrent_jobs = inventory.max_concurrent_jobs
+    row.gpu_topology = (
+        inventory.gpu_topology.model_dump(mode="json") if inventory.gpu_topology else None
+    )
     if inventory.region:
         row.region = inventory.region
 

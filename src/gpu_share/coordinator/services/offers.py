@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.coordinator.core.settings import Settings
-from gpu_share.coordinator.services import nodes, ranking
+from gpu_share.coordinator.services import gpu_assignment, nodes, ranking, reservation_holds
 from gpu_share.coordinator.services.placement import (
     Requirements,
     listed_gpu,
@@ -18,7 +18,7 @@ from gpu_share.coordinator.services.placement import (
 )
 from gpu_share.coordinator.services.reliability import stored
 from gpu_share.protocol.money import MICRO
-from gpu_share.protocol.nodes import SandboxKind, Tier
+from gpu_share.protocol.nodes import GpuTopology, SandboxKind, Tier
 from gpu_share.protocol.offers import Offer, OfferGpus, OfferQuery, OfferSort
 from gpu_share.protocol.runtimes import RuntimeName
 
@@ -39,7 +39,9 @@ def _requirements(query: OfferQuery, runtime: RuntimeName) -> Requirements:
 def matches(node: NodeRow, query: OfferQuery, now: datetime) -> bool:
     """The node serves some runtime asked for (the one named, or any) under the filters."""
     runtimes = [query.runtime] if query.runtime else [RuntimeName(r) for r in nodes.known(node)]
-    wants_gpus = query.gpu_model or query.min_vram_gb or query.gpus > 1
+    wants_gpus = query.gpu_model or query.min_vram_gb or query.gpus > 1 or query.nvlink
+    if query.nvlink is not None and gpu_assignment.nvlinked(node, query.gpus) != query.nvlink:
+        return False
     return any(
         serves(node, _requirements(query, runtime), now)
         for runtime in runtimes
@@ -68,8 +70,18 @@ def _gpus(node: NodeRow) -> list[OfferGpus]:
     return offers
 
 
+def _topology(node: NodeRow) -> GpuTopology | None:
+    if not node.gpu_topology:
+        return None
+    try:
+        return GpuTopology.model_validate(node.gpu_topology)
+    except ValueError:  # stored by an agent of another version: not worth failing the page
+        return None
+
+
 def to_offer(node: NodeRow, running: int, now: datetime, settings: Settings) -> Offer:
     gpus = _gpus(node)
+    topology = _topology(node)
     return Offer(
         node_id=node.id,
         status=node_status(node, now, running, settings.node_offline_after_sec),
@@ -87,6 +99,8 @@ def to_offer(node: NodeRow, running: int, now: datetime, settings: Settings) -> 
         benchmark_score=ranking.benchmark_score(node),
         rank=ranking.rank(node),
         rank_components=ranking.components(node),
+        nvlink=topology is not None and topology.nvlink,
+        gpu_topology=topology,
     )
 
 
@@ -112,10 +126,18 @@ async def search(
 ) -> list[Offer]:
     online = await nodes.live_nodes(session, now, settings)
     running = await nodes.running_counts(session)
+    reserved = await reservation_holds.reserved_gpus_by_node(session, now)
     offers = [
-        to_offer(node, running.get(node.id, 0), now, settings)
+        to_offer(node, running.get(node.id, 0), now, settings).model_copy(
+            update={"reserved_gpus": reserved.get(node.id, 0)}
+        )
         for node in online
         if matches(node, query, now)
     ]
+    # Reserved GPUs are not free: a search for GPUs skips nodes left with too few.
+    wants_gpus = (
+        query.runtime.needs_gpu if query.runtime else bool(query.gpu_model or query.gpus > 1)
+    )
+    offers = [o for o in offers if not wants_gpus or o.gpu_count - o.reserved_gpus >= query.gpus]
     offers.sort(key=_sort_key(query.sort))
     return offers[: query.limit]

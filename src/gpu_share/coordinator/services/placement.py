@@ -134,21 +134,21 @@ def _cuda(version: object) -> tuple[int, int] | None:
         return None
 
 
+def gpu_matches(node: NodeRow, gpu: dict[str, Any], req: Requirements) -> bool:
+    """One GPU of the node is of the model, memory and CUDA version asked for, and listed."""
+    if req.gpu_model and req.gpu_model.lower() not in str(gpu.get("model", "")).lower():
+        return False
+    if req.min_vram_mb and int(gpu.get("vram_mb", 0)) < req.min_vram_mb:
+        return False
+    wanted = req.runtime.min_cuda
+    cuda = _cuda(gpu.get("cuda_version"))
+    if wanted is not None and (cuda is None or cuda < wanted):
+        return False
+    return listed_gpu(node, gpu)
+
+
 def matching_gpus(node: NodeRow, req: Requirements) -> int:
-    count = 0
-    for gpu in node.gpus:
-        if req.gpu_model and req.gpu_model.lower() not in str(gpu.get("model", "")).lower():
-            continue
-        if req.min_vram_mb and int(gpu.get("vram_mb", 0)) < req.min_vram_mb:
-            continue
-        wanted = req.runtime.min_cuda
-        cuda = _cuda(gpu.get("cuda_version"))
-        if wanted is not None and (cuda is None or cuda < wanted):
-            continue
-        if not listed_gpu(node, gpu):
-            continue
-        count += 1
-    return count
+    return sum(1 for gpu in node.gpus if gpu_matches(node, gpu, req))
 
 
 def reliability_of(node: NodeRow) -> float | None:

@@ -55,8 +55,8 @@ async def open_billing(
     (402 then, in the transaction that would have created it)."""
     row.cost_micro = 0
     row.reserved_micro = 0
-    if not billing.prepaid(settings):
-        row.rate_micro_per_hour = 0
+    if not billing.prepaid(settings) or row.reservation_id is not None:
+        row.rate_micro_per_hour = 0  # free billing, or billed by its reservation
         return
     row.rate_micro_per_hour = await billing.placed_rate(session, node, gpus=1, spot=False)
     first = billing.most_for(row.rate_micro_per_hour, PERIOD_SEC)

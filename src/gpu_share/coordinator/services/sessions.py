@@ -34,6 +34,7 @@ from gpu_share.coordinator.services import (
     memory_fit,
     nodes,
     ranking,
+    reservation_holds,
     session_billing,
 )
 from gpu_share.coordinator.services.invokes import no_capacity, resolve_url
@@ -193,7 +194,19 @@ class Sessions:
                 else None
             )
             reserve_mb = memory_fit.session_reservation_mb(size, req.min_vram_mb)
-            node = await self._choose_node(session, req, reserve_mb, now, ctx.settings)
+            node = (
+                await reservation_holds.session_node(
+                    session,
+                    tenant_id,
+                    body.reservation_id,
+                    req,
+                    reserve_mb,
+                    self.hub.connected_nodes(),
+                    now,
+                )
+                if body.reservation_id is not None
+                else await self._choose_node(session, req, reserve_mb, now, ctx.settings)
+            )
             row = SessionRow(
                 id=new_id("ses"),
                 tenant_id=tenant_id,
@@ -210,6 +223,7 @@ class Sessions:
                 created_at=now,
                 touched_at=now,
                 forward_count=0,
+                reservation_id=body.reservation_id,
             )
             await session_billing.open_billing(session, row, node, self.settings, now)
             session.add(row)
@@ -244,7 +258,12 @@ class Sessions:
         settings: Settings,
     ) -> NodeRow:
         online = await nodes.live_nodes(session, now, settings)
-        live = [n for n in online if serves(n, req, now)]
+        holds = await reservation_holds.held_on(session, now)  # a reserved first GPU: no sessions
+        live = [
+            n
+            for n in online
+            if serves(n, req, now) and not reservation_holds.sessions_barred(n, holds)
+        ]
         connected = self.hub.connected_nodes()
         candidates = [n for n in live if n.id in connected]
         if not candidates and live:

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from gpu_share.coordinator.api.deps import base_url
-from gpu_share.coordinator.services import nodes, providers
+from gpu_share.coordinator.services import nodes, providers, reservation_holds
 from gpu_share.coordinator.web.pages import Browser, SignedProvider
 from gpu_share.protocol.providers import ProviderNode
 
@@ -23,9 +23,11 @@ TABS: dict[str, tuple[str, str, str]] = {}
 async def _machines(browser: Browser, provider_id: str) -> list[ProviderNode]:
     replica = browser.replica
     async with replica.db.read() as session:
-        return await nodes.of_provider(
+        found = await nodes.of_provider(
             session, provider_id, browser.now(), replica.settings, history=HISTORY
         )
+        reserved = await reservation_holds.reserved_indices_by_node(session, browser.now())
+    return [m.model_copy(update={"reserved_gpus": reserved.get(m.id, [])}) for m in found]
 
 
 def charts(node: ProviderNode) -> dict[str, list[float | None]]:

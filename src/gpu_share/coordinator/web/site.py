@@ -21,6 +21,7 @@ from gpu_share.coordinator.web import (
     tenant,
     tenant_billing,
     tenant_marketplace,
+    tenant_reservations,
 )
 from gpu_share.coordinator.web.pages import PageForbidden, SignInRequired, browser_of
 
@@ -40,6 +41,7 @@ def install(app: FastAPI) -> None:
         provider_pricing,
         provider,
         tenant_marketplace,
+        tenant_reservations,
         tenant_billing,
         tenant,
     ):

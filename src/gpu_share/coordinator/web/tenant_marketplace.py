@@ -22,6 +22,7 @@ FILTERS = (
     "min_reliability",
     "runtime",
     "gpus",
+    "nvlink",
     "sort",
 )
 

@@ -1,0 +1,198 @@
+"""Work in a dedicated reservation (SPEC §4.3; docs/placement.md): it runs on the
+reservation's node and GPUs only, ahead of other tenants' queued work, and nobody
+else's work gets those GPUs."""
+
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from gpu_share.coordinator.core.errors import NotFound, Unavailable
+from gpu_share.coordinator.core.ids import new_id
+from gpu_share.coordinator.core.orm import NodeRow, SessionRow
+from gpu_share.coordinator.loops import reservations as reservation_loop
+from gpu_share.coordinator.services import reservation_holds, session_billing
+from gpu_share.coordinator.services.placement import Requirements
+from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.protocol.sessions import SessionStatus
+from gpu_share.testing.clock import FrozenClock
+from gpu_share.testing.factories import HELLO_WORLD, ProviderHandle, TenantHandle
+from gpu_share.testing.simulated_agent import AgentFactory
+from tests.coordinator.test_reservations import gpu_node, reserve, top_up
+
+
+async def submit(client: httpx.AsyncClient, tenant: TenantHandle, **extra: Any) -> httpx.Response:
+    return await client.post(
+        "/v1/gpu/invoke", json={**HELLO_WORLD, "timeout_sec": 60, **extra}, headers=tenant.headers
+    )
+
+
+async def test_reserved_work_jumps_the_queue_onto_its_gpus_and_others_never_get_them(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    provider: ProviderHandle,
+    sim_agent: AgentFactory,
+) -> None:
+    agent = await gpu_node(sim_agent, app, provider, count=2, slots=4)
+    await top_up(client, tenant, "10")
+    await top_up(client, other_tenant, "10")
+    made = await reserve(client, tenant, node_id=agent.node_id, hours=1)
+    assert made.status_code == 201, made.text
+    reserved = made.json()["gpu_indices"]
+    assert reserved == [1]  # the first GPU, where sessions go, last
+
+    theirs = [(await submit(client, other_tenant)).json()["id"] for _ in range(3)]
+    mine = await submit(client, tenant, reservation_id=made.json()["id"])
+    assert mine.status_code == 202, mine.text
+    assert mine.json()["cost"] == "0"  # billed by the reservation
+
+    jobs = await agent.lease(slots=4, free_gpus=2)
+    by_id = {job.invoke_id: job for job in jobs}
+    assert mine.json()["id"] in by_id
+    assert by_id[mine.json()["id"]].gpu_indices == reserved
+    others = [job for job in jobs if job.invoke_id in theirs]
+    assert len(others) == 1 and others[0].gpu_indices == [0]
+    # The other tenant's remaining work waits for GPU 0 even though GPU 1 … is reserved.
+    assert await agent.lease(slots=4, free_gpus=1) == []
+
+
+async def test_an_idle_reservation_still_keeps_others_off_its_gpus(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    provider: ProviderHandle,
+    sim_agent: AgentFactory,
+) -> None:
+    agent = await gpu_node(sim_agent, app, provider, count=1, slots=2)
+    await top_up(client, tenant, "10")
+    await top_up(client, other_tenant, "10")
+    assert (await reserve(client, tenant, node_id=agent.node_id, hours=1)).status_code == 201
+    queued = await submit(client, other_tenant)
+    assert queued.status_code == 202, queued.text  # it queues …
+    assert await agent.lease(slots=2, free_gpus=1) == []  # … but never on the reserved GPU
+
+
+async def test_naming_a_reservation_that_is_not_yours_or_not_active_is_refused(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    provider: ProviderHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+) -> None:
+    agent = await gpu_node(sim_agent, app, provider, count=2)
+    await top_up(client, tenant, "10")
+    start = clock.now().replace(second=0, microsecond=0) + timedelta(hours=2)
+    later = await reserve(
+        client, tenant, node_id=agent.node_id, hours=1, gpus=1, starts_at=start.isoformat()
+    )
+    assert later.status_code == 201, later.text
+    now = await reserve(client, tenant, node_id=agent.node_id, hours=1, gpus=1)
+    assert now.status_code == 201, now.text
+    foreign = await submit(client, other_tenant, reservation_id=now.json()["id"])
+    assert foreign.status_code == 404, foreign.text
+    pending = await submit(client, tenant, reservation_id=later.json()["id"])
+    assert pending.status_code == 409, pending.text
+    assert "not active" in pending.json()["error"]["message"]
+    too_big = await submit(client, tenant, reservation_id=now.json()["id"], gpus=2)
+    assert too_big.status_code == 422, too_big.text
+    await client.post(f"/v1/reservations/{now.json()['id']}/cancel", headers=tenant.headers)
+    ended = await submit(client, tenant, reservation_id=now.json()["id"])
+    assert ended.status_code == 409, ended.text
+
+
+async def test_offers_count_reserved_gpus_as_not_free(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    provider: ProviderHandle,
+    sim_agent: AgentFactory,
+) -> None:
+    agent = await gpu_node(sim_agent, app, provider, count=2)
+    await top_up(client, tenant, "10")
+    assert (await reserve(client, tenant, node_id=agent.node_id, hours=1)).status_code == 201
+    offers = (await client.get("/v1/offers", headers=tenant.headers)).json()
+    mine = next(o for o in offers if o["node_id"] == agent.node_id)
+    assert mine["gpu_count"] == 2 and mine["reserved_gpus"] == 1
+    two = (await client.get("/v1/offers", params={"gpus": 2}, headers=tenant.headers)).json()
+    assert agent.node_id not in [o["node_id"] for o in two]
+
+
+async def test_sessions_go_to_their_reservation_and_others_keep_off_a_reserved_first_gpu(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    provider: ProviderHandle,
+    sim_agent: AgentFactory,
+) -> None:
+    agent = await gpu_node(sim_agent, app, provider, count=1)
+    await top_up(client, tenant, "10")
+    made = await reserve(client, tenant, node_id=agent.node_id, hours=1)
+    assert made.status_code == 201 and made.json()["gpu_indices"] == [0]
+    reservation_id = made.json()["id"]
+    replica = app.state.replica
+    now = replica.clock.now()
+    req = Requirements(runtime=RuntimeName.ONNX_CUDA)
+    async with replica.db.write() as session:
+        node = await session.get(NodeRow, agent.node_id)
+        assert node is not None
+        holds = await reservation_holds.held_on(session, now)
+        assert reservation_holds.sessions_barred(node, holds)  # anyone else's session
+        assert not reservation_holds.sessions_barred(node, holds, reservation_id)
+        placed = await reservation_holds.session_node(
+            session, tenant.id, reservation_id, req, 256, {node.id}, now
+        )
+        assert placed.id == node.id
+        with pytest.raises(NotFound):
+            await reservation_holds.session_node(
+                session, other_tenant.id, reservation_id, req, 256, {node.id}, now
+            )
+        with pytest.raises(Unavailable):
+            await reservation_holds.session_node(
+                session, tenant.id, reservation_id, req, 256, set(), now
+            )
+        row = SessionRow(
+            id=new_id("ses"),
+            tenant_id=tenant.id,
+            node_id=node.id,
+            status=SessionStatus.READY.value,
+            runtime="onnx_cuda",
+            model_url="https://example.com/model.onnx",
+            idle_timeout_sec=300,
+            max_concurrency=1,
+            reserved_mb=256,
+            created_at=now,
+            touched_at=now,
+            forward_count=0,
+            reservation_id=reservation_id,
+        )
+        await session_billing.open_billing(session, row, node, replica.settings, now)
+        assert (row.rate_micro_per_hour, row.reserved_micro, row.cost_micro) == (0, 0, 0)
+
+
+async def test_queued_work_of_a_reservation_that_ends_fails_free(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    provider: ProviderHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+) -> None:
+    agent = await gpu_node(sim_agent, app, provider, count=1)
+    await top_up(client, tenant, "10")
+    made = await reserve(client, tenant, node_id=agent.node_id, hours=1)
+    queued = await submit(client, tenant, reservation_id=made.json()["id"])
+    assert queued.status_code == 202, queued.text
+    clock.advance(3600)
+    assert (await reservation_loop.run_once(app.state.replica)).ended == 1
+    got = await client.get(f"/v1/gpu/invokes/{queued.json()['id']}", headers=tenant.headers)
+    assert got.json()["status"] == "failed" and got.json()["cost"] == "0"
+    assert got.json()["error"]["code"] == "CANCELED"
+    assert got.json()["reservation_id"] == made.json()["id"]
