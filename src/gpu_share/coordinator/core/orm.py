@@ -322,6 +322,10 @@ class SessionRow(Base):
     cost_micro: Mapped[int | None] = mapped_column(BigInteger)
     billed_until: Mapped[datetime | None]
     reservation_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    # Whole GPUs the session holds (0: it shares the node's first GPU by memory, as
+    # before), and which; the model runs on the first of them.
+    gpus: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    gpu_indices: Mapped[list[Any] | None]
 
 
 class RateLimitRow(Base):
