@@ -47,7 +47,10 @@ async def test_digits_invoke_runs_in_the_sandbox_and_matches_onnxruntime(live: L
     assert metrics["duration_ms"] > 0 and metrics["queue_ms"] is not None
     logs = await live.logs(invoke_id)
     assert "bwrap sandbox" in logs
-    assert "model: 4424 bytes" in logs and "downloaded" in logs
+    assert "model: 4424 bytes" in logs
+    # A machine this loaded can starve the agent past a 3 s test lease: the job is then
+    # requeued and its second attempt finds the model in the cache, as it should.
+    assert "downloaded" in logs or ("from cache" in logs and state["attempts"] > 1), logs
 
     again = await live.invoke(model_url=model_url, inputs_url=inputs_url)
     assert (await live.finished(again))["status"] == "done"
