@@ -91,6 +91,7 @@ class SessionHost:
     def __init__(self, ctx: JobContext, gpus: list[Gpu]) -> None:
         self.ctx = ctx
         self.gpu_uuids = [g.info.uuid for g in gpus]
+        self.gpu_uuid_by_index = {g.info.index: g.info.uuid for g in gpus}
         self.sessions: dict[str, LocalSession] = {}
         self._send_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -172,11 +173,28 @@ class SessionHost:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _gpus_for(self, message: OpenSession) -> list[str]:
+        """UUIDs of the GPUs the session gets: those the coordinator named (the model runs
+        on the first), else the node's first; JobFailed naming any this node lacks."""
+        if not message.runtime.needs_gpu:
+            return []
+        if message.gpu_indices is None:
+            return self.gpu_uuids[:1]
+        missing = [i for i in message.gpu_indices if i not in self.gpu_uuid_by_index]
+        if missing or not message.gpu_indices:
+            raise JobFailed(
+                ErrorCode.AGENT_ERROR,
+                f"this node was asked to open the session on GPUs {message.gpu_indices}; "
+                f"it has no GPU {missing}; the session was not started",
+            )
+        return [self.gpu_uuid_by_index[i] for i in dict.fromkeys(message.gpu_indices)]
+
     async def _open(self, message: OpenSession) -> None:
         ctx = self.ctx
         directory = ctx.settings.jobs_dir / message.session_id
         cached = None
         try:
+            gpus = self._gpus_for(message)
             cached = await fetch(
                 message.model,
                 "model_url",
@@ -199,7 +217,6 @@ class SessionHost:
                 },
             )
             (directory / "spec.json").write_text(spec.model_dump_json())
-            gpus = self.gpu_uuids[:1] if message.runtime.needs_gpu else []
             process = await ctx.sandbox.start(
                 SandboxSpec(
                     argv=[

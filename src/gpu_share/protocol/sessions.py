@@ -16,7 +16,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gpu_share.protocol.agent import ArtifactRef
 from gpu_share.protocol.common import Sha256Hex
@@ -25,6 +25,7 @@ from gpu_share.protocol.nodes import Tier
 from gpu_share.protocol.runtimes import RuntimeName
 
 SESSION_RUNTIMES = (RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU)
+MAX_SESSION_GPUS = 16
 
 
 class SessionStatus(StrEnum):
@@ -75,6 +76,13 @@ class SessionCreate(BaseModel):
         description="Hold the model in this active dedicated reservation of yours: on its "
         "node, in its GPUs' memory, billed by the reservation (its own cost is 0)",
     )
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_SESSION_GPUS,
+        description="Whole GPUs the session holds, on one node (the model runs on the first "
+        "of them); 0: it shares the node's first GPU by memory. GPU runtimes only",
+    )
 
     @field_validator("model_url")
     @classmethod
@@ -87,6 +95,12 @@ class SessionCreate(BaseModel):
         if value not in SESSION_RUNTIMES:
             raise ValueError("sessions serve ONNX models: use onnx_cuda or onnx_cpu")
         return value
+
+    @model_validator(mode="after")
+    def _gpus(self) -> "SessionCreate":
+        if self.gpus and not self.runtime.needs_gpu:
+            raise ValueError(f"gpus: {self.runtime.value} runs on the CPU; leave gpus at 0")
+        return self
 
 
 class SessionError(BaseModel):
@@ -111,6 +125,10 @@ class Session(BaseModel):
     device: str | None = Field(default=None, description="What really runs the model")
     inputs: list[dict[str, Any]] | None = Field(default=None, description="Name, type, shape")
     error: SessionError | None = None
+    gpus: int = Field(default=0, description="Whole GPUs held (0: shares the first by memory)")
+    gpu_indices: list[int] | None = Field(
+        default=None, description="Which of the node's GPUs (NVML indices) it holds"
+    )
     rate_per_hour: str | None = Field(
         default=None, description="USDC per hour the node charges, fixed when it was placed"
     )
@@ -135,6 +153,11 @@ class OpenSession(BaseModel):
         default=64 * 1024 * 1024,
         description="A forward's outputs over this fail that forward alone (PAYLOAD_TOO_LARGE); "
         "the channel carries frames up to this plus a small header",
+    )
+    gpu_indices: list[int] | None = Field(
+        default=None,
+        description="The node's GPUs (NVML indices) the session gets, the model on the first; "
+        "null (an older coordinator, or a session sharing by memory): the node's first GPU",
     )
 
 

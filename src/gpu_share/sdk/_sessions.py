@@ -36,7 +36,10 @@ def open_session(
         ApiRequest(
             "POST",
             "/v1/gpu/sessions",
-            json=body.model_dump(mode="json", exclude_none=True),
+            # gpus 0 left out: a coordinator from before `gpus` accepts the body.
+            json=body.model_dump(
+                mode="json", exclude_none=True, exclude={"gpus"} if body.gpus == 0 else None
+            ),
             safe=False,
         ),
         c,

@@ -3,11 +3,12 @@
 A GPU job asking for `gpus: N` is leased only to a node with N free GPUs that match it;
 the coordinator names them in the lease (`LeasedJob.gpu_indices`) and records them on the
 invoke (`invokes.gpu_indices`), so the next claim on that node knows they are taken. A
-GPU is free when no active (assigned or running) invoke on the node holds it and, for an
-agent that says which of its GPUs are free, the agent agrees.
+GPU is free when no active (assigned or running) invoke and no open session asking for
+whole GPUs (`gpu_sessions.gpu_indices`) on the node holds it and, for an agent that says
+which of its GPUs are free, the agent agrees. Sessions with `gpus: N` get theirs here too.
 
-Sessions do not hold whole GPUs: they hold memory (`memory_fit`), on the node's first
-GPU (the agent loads a session there). A job is given that GPU last.
+Other sessions do not hold whole GPUs: they hold memory (`memory_fit`), on the node's
+first GPU (the agent loads them there). A job is given that GPU last.
 
 Among the free GPUs, a multi-GPU job gets the set best linked by NVLink, as the node's
 topology (`nodes.gpu_topology`) tells; without one, the lowest indices.
@@ -21,15 +22,19 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
+from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, SessionRow
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES
 from gpu_share.coordinator.services.placement import Requirements, gpu_matches, listed_gpu
+from gpu_share.protocol.sessions import OPEN_SESSION_STATUSES
 
 EXHAUSTIVE_UP_TO = 5000  # candidate sets weighed one by one; above this, a greedy choice
 
 
+OPEN_SESSION_VALUES = sorted(s.value for s in OPEN_SESSION_STATUSES)
+
+
 async def held_indices(session: AsyncSession, node_id: str) -> set[int]:
-    """GPUs of the node that its active invokes hold now."""
+    """GPUs of the node that its active invokes and its whole-GPU sessions hold now."""
     rows = await session.scalars(
         select(InvokeRow.gpu_indices).where(
             InvokeRow.node_id == node_id,
@@ -37,7 +42,23 @@ async def held_indices(session: AsyncSession, node_id: str) -> set[int]:
             InvokeRow.gpu_indices.is_not(None),
         )
     )
-    return {int(index) for indices in rows.all() if indices for index in indices}
+    held = {int(index) for indices in rows.all() if indices for index in indices}
+    return held | (await session_held(session, node_id)).get(node_id, set())
+
+
+async def session_held(session: AsyncSession, node_id: str | None = None) -> dict[str, set[int]]:
+    """GPUs that open whole-GPU sessions hold, per node (one node, or all)."""
+    query = select(SessionRow.node_id, SessionRow.gpu_indices).where(
+        SessionRow.status.in_(OPEN_SESSION_VALUES),
+        SessionRow.gpus > 0,
+        SessionRow.node_id.is_not(None),
+    )
+    if node_id is not None:
+        query = query.where(SessionRow.node_id == node_id)
+    found: dict[str, set[int]] = {}
+    for node, indices in (await session.execute(query)).all():
+        found.setdefault(str(node), set()).update(int(i) for i in indices or [])
+    return found
 
 
 def nvlink_counts(node: NodeRow) -> dict[frozenset[int], int]:

@@ -134,10 +134,21 @@ async def search(
         for node in online
         if matches(node, query, now)
     ]
-    # Reserved GPUs are not free: a search for GPUs skips nodes left with too few.
+    # Reserved GPUs and those whole-GPU sessions hold are not free: a search for GPUs
+    # skips nodes left with too few.
     wants_gpus = (
         query.runtime.needs_gpu if query.runtime else bool(query.gpu_model or query.gpus > 1)
     )
-    offers = [o for o in offers if not wants_gpus or o.gpu_count - o.reserved_gpus >= query.gpus]
+    if wants_gpus:
+        held = await gpu_assignment.session_held(session)
+        reserved_at = await reservation_holds.reserved_indices_by_node(session, now) if held else {}
+
+        def free(offer: Offer) -> int:
+            if offer.node_id not in held:
+                return offer.gpu_count - offer.reserved_gpus
+            taken = held[offer.node_id] | set(reserved_at.get(offer.node_id, []))
+            return offer.gpu_count - len(taken)
+
+        offers = [o for o in offers if free(o) >= query.gpus]
     offers.sort(key=_sort_key(query.sort))
     return offers[: query.limit]

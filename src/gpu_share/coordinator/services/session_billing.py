@@ -58,7 +58,10 @@ async def open_billing(
     if not billing.prepaid(settings) or row.reservation_id is not None:
         row.rate_micro_per_hour = 0  # free billing, or billed by its reservation
         return
-    row.rate_micro_per_hour = await billing.placed_rate(session, node, gpus=1, spot=False)
+    # Per GPU-hour × max(gpus, 1), as for invokes: a whole-GPU session pays for each.
+    row.rate_micro_per_hour = await billing.placed_rate(
+        session, node, gpus=row.gpus or 0, spot=False
+    )
     first = billing.most_for(row.rate_micro_per_hour, PERIOD_SEC)
     if first == 0:
         return
@@ -191,7 +194,7 @@ async def _charge(
         "work_id": row.id,
         "runtime": row.runtime,
         "gpu_model": billing.gpu_model_of(node, 1 if node.gpus else 0),
-        "gpus": 1,
+        "gpus": billing.units(row.gpus or 0),
         "spot": False,
         "seconds": _ms(end - since) / 1000,
         "rate_micro_per_hour": rate,

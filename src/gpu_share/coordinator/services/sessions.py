@@ -30,12 +30,14 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.replica.session_hub import ForwardFailed, LiveSession, SessionHub
 from gpu_share.coordinator.services import (
     billing,
+    gpu_assignment,
     leases,
     memory_fit,
     nodes,
     ranking,
     reservation_holds,
     session_billing,
+    session_gpus,
 )
 from gpu_share.coordinator.services.invokes import no_capacity, resolve_url
 from gpu_share.coordinator.services.placement import (
@@ -92,6 +94,8 @@ def to_wire(row: SessionRow, live: LiveSession | None = None) -> Session:
         device=row.device,
         inputs=row.inputs,
         error=error,
+        gpus=row.gpus,
+        gpu_indices=row.gpu_indices,
         rate_per_hour=billing.cost_text(row.rate_micro_per_hour),
         cost=billing.cost_text(row.cost_micro),
     )
@@ -171,7 +175,7 @@ class Sessions:
         self, tenant_id: str, body: SessionCreate, *, origins: set[str], ctx: leases.LeaseContext
     ) -> Session:
         now = self.clock.now()
-        req = requirements_of(body)
+        req = requirements_of(body, gpus=max(body.gpus, 1))
         async with self.db.write() as session:
             model = await resolve_url(
                 session,
@@ -194,19 +198,30 @@ class Sessions:
                 else None
             )
             reserve_mb = memory_fit.session_reservation_mb(size, req.min_vram_mb)
-            node = (
-                await reservation_holds.session_node(
+            # A whole-GPU session holds its GPUs, not a share of the node's memory.
+            shared_mb = reserve_mb if body.gpus == 0 else 0
+            if body.reservation_id is not None:
+                node = await reservation_holds.session_node(
                     session,
                     tenant_id,
                     body.reservation_id,
                     req,
-                    reserve_mb,
+                    shared_mb,
                     self.hub.connected_nodes(),
                     now,
                 )
-                if body.reservation_id is not None
-                else await self._choose_node(session, req, reserve_mb, now, ctx.settings)
-            )
+                indices: list[int] | None = await session_gpus.in_reservation(
+                    session,
+                    node,
+                    req,
+                    body.gpus,
+                    await reservation_holds.held_on(session, now, node.id),
+                    body.reservation_id,
+                )
+            else:
+                node, indices = await self._choose_node(
+                    session, req, body.gpus, shared_mb, now, ctx.settings
+                )
             row = SessionRow(
                 id=new_id("ses"),
                 tenant_id=tenant_id,
@@ -219,11 +234,13 @@ class Sessions:
                 idle_timeout_sec=body.idle_timeout_sec,
                 max_batch=body.max_batch,
                 max_concurrency=body.max_concurrency,
-                reserved_mb=reserve_mb,
+                reserved_mb=shared_mb,
                 created_at=now,
                 touched_at=now,
                 forward_count=0,
                 reservation_id=body.reservation_id,
+                gpus=body.gpus,
+                gpu_indices=indices or None,
             )
             await session_billing.open_billing(session, row, node, self.settings, now)
             session.add(row)
@@ -243,6 +260,7 @@ class Sessions:
                 max_batch=body.max_batch,
                 max_concurrency=body.max_concurrency,
                 max_answer_bytes=ctx.settings.max_forward_bytes,
+                gpu_indices=indices or None,
             ),
         )
         with contextlib.suppress(TimeoutError):
@@ -253,16 +271,27 @@ class Sessions:
         self,
         session: AsyncSession,
         req: Requirements,
+        whole: int,
         reserve_mb: int,
         now: datetime,
         settings: Settings,
-    ) -> NodeRow:
+    ) -> tuple[NodeRow, list[int] | None]:
+        """The node for a session outside reservations, and the whole GPUs it holds there."""
         online = await nodes.live_nodes(session, now, settings)
-        holds = await reservation_holds.held_on(session, now)  # a reserved first GPU: no sessions
+        holds = await reservation_holds.held_on(session, now)
+        # A session sharing the first GPU: not on a node where that GPU is reserved or held.
+        whole_held = await gpu_assignment.session_held(session) if whole == 0 else {}
         live = [
             n
             for n in online
-            if serves(n, req, now) and not reservation_holds.sessions_barred(n, holds)
+            if serves(n, req, now)
+            and (
+                whole > 0
+                or not (
+                    reservation_holds.sessions_barred(n, holds)
+                    or session_gpus.first_gpu_held(n, whole_held)
+                )
+            )
         ]
         connected = self.hub.connected_nodes()
         candidates = [n for n in live if n.id in connected]
@@ -286,8 +315,18 @@ class Sessions:
                 details={"constraint": "memory"},
                 headers={"Retry-After": "30"},
             )
-        # The best ranked node that has room (SPEC §4.1); the roomiest among equals.
-        return max(roomy, key=lambda n: (ranking.rank(n), free[n.id]))
+        if whole == 0:
+            # The best ranked node that has room (SPEC §4.1); the roomiest among equals.
+            return max(roomy, key=lambda n: (ranking.rank(n), free[n.id])), None
+        chosen = {n.id: await session_gpus.choose(session, n, req, holds) for n in roomy}
+        fitting = [n for n in roomy if chosen[n.id] is not None]
+        if not fitting:
+            raise session_gpus.none_free(req)
+        best = max(fitting, key=lambda n: (ranking.rank(n), free[n.id]))
+        indices = await session_gpus.choose(session, best, req, holds, lock=True)  # again, locked
+        if indices is None:
+            raise session_gpus.none_free(req)  # a claim or a session took them meanwhile
+        return best, indices
 
     async def get(self, tenant_id: str, session_id: str) -> Session:
         # The live state first: the hub forgets a session only after its row is final, so
