@@ -12,9 +12,11 @@ from fastapi import FastAPI
 from gpu_share.coordinator.core.errors import NotFound, Unavailable
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import NodeRow, SessionRow
+from gpu_share.coordinator.loops import preemption as preemption_loop
 from gpu_share.coordinator.loops import reservations as reservation_loop
 from gpu_share.coordinator.services import reservation_holds, session_billing
 from gpu_share.coordinator.services.placement import Requirements
+from gpu_share.protocol.agent import LeaseVerdict
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.protocol.sessions import SessionStatus
 from gpu_share.testing.clock import FrozenClock
@@ -196,3 +198,115 @@ async def test_queued_work_of_a_reservation_that_ends_fails_free(
     assert got.json()["status"] == "failed" and got.json()["cost"] == "0"
     assert got.json()["error"]["code"] == "CANCELED"
     assert got.json()["reservation_id"] == made.json()["id"]
+
+
+async def test_a_reservation_starting_preempts_other_tenants_spot_work_on_its_gpus(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    provider: ProviderHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+) -> None:
+    agent = await gpu_node(sim_agent, app, provider, count=1, slots=2)
+    await top_up(client, tenant, "10")
+    await top_up(client, other_tenant, "10")
+    spot = await submit(client, other_tenant, priority="spot", timeout_sec=7200)
+    assert spot.status_code == 202, spot.text
+    # A spot job may take a GPU a reservation needs soon: it gives way at the start.
+    start = clock.now().replace(second=0, microsecond=0) + timedelta(minutes=30)
+    made = await reserve(
+        client, tenant, node_id=agent.node_id, hours=1, starts_at=start.isoformat()
+    )
+    assert made.status_code == 201, made.text
+    (job,) = await agent.lease(slots=2, free_gpus=1)
+    assert job.invoke_id == spot.json()["id"] and job.gpu_indices == [0]
+    await agent.client.start(job.invoke_id, job.lease_token)
+    assert await preemption_loop.run_once(app.state.replica) == []  # not started yet
+
+    clock.advance((start - clock.now()).total_seconds() + 1)
+    await agent.heartbeat([job])
+    assert await preemption_loop.run_once(app.state.replica) == [job.invoke_id]
+    assert await preemption_loop.run_once(app.state.replica) == []  # asked once
+    ack = await agent.heartbeat([job])
+    assert ack.leases[0].verdict is LeaseVerdict.PREEMPT
+    await agent.client.report_preempted(job.invoke_id, job.lease_token, retry_for=0)
+    logs = (
+        await client.get(f"/v1/gpu/invokes/{job.invoke_id}/logs", headers=other_tenant.headers)
+    ).text
+    assert f"reservation {made.json()['id']} holds its GPUs" in logs
+
+    mine = await submit(client, tenant, reservation_id=made.json()["id"])
+    assert mine.status_code == 202, mine.text
+    (taken,) = await agent.lease(slots=2, free_gpus=1)
+    assert taken.invoke_id == mine.json()["id"] and taken.gpu_indices == [0]
+    # The preempted spot job waits for the reservation to end, never on its GPU.
+    assert await agent.lease(slots=2, free_gpus=0) == []
+
+
+async def test_a_reservation_never_preempts_its_own_or_unreserved_gpus_work(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    provider: ProviderHandle,
+    sim_agent: AgentFactory,
+) -> None:
+    agent = await gpu_node(sim_agent, app, provider, count=2, slots=4)
+    await top_up(client, tenant, "10")
+    await top_up(client, other_tenant, "10")
+    made = await reserve(client, tenant, node_id=agent.node_id, hours=1)
+    assert made.status_code == 201 and made.json()["gpu_indices"] == [1], made.text
+    outside = await submit(client, other_tenant, priority="spot")
+    inside = await submit(client, tenant, priority="spot", reservation_id=made.json()["id"])
+    assert inside.status_code == 202, inside.text
+    jobs = await agent.lease(slots=4, free_gpus=2)
+    placed = {job.invoke_id: job.gpu_indices for job in jobs}
+    assert placed == {outside.json()["id"]: [0], inside.json()["id"]: [1]}
+    assert await preemption_loop.run_once(app.state.replica) == []
+
+
+async def test_on_demand_work_keeps_off_gpus_a_reservation_needs_before_its_timeout(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    provider: ProviderHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+) -> None:
+    agent = await gpu_node(sim_agent, app, provider, count=1, slots=2)
+    await top_up(client, tenant, "10")
+    await top_up(client, other_tenant, "50")
+    start = clock.now().replace(second=0, microsecond=0) + timedelta(hours=1)
+    made = await reserve(
+        client, tenant, node_id=agent.node_id, hours=1, starts_at=start.isoformat()
+    )
+    assert made.status_code == 201, made.text
+    long = await submit(client, other_tenant, timeout_sec=2 * 3600)
+    assert long.status_code == 202, long.text
+    assert await agent.lease(slots=2, free_gpus=1) == []  # it could still run at the start
+    short = await submit(client, other_tenant, timeout_sec=600)
+    (job,) = await agent.lease(slots=2, free_gpus=1)
+    assert job.invoke_id == short.json()["id"]  # done (or timed out) before the start
+
+
+async def test_a_reservation_takes_the_gpus_on_demand_work_is_not_using_first(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    provider: ProviderHandle,
+    sim_agent: AgentFactory,
+) -> None:
+    agent = await gpu_node(sim_agent, app, provider, count=3, slots=4)
+    await top_up(client, tenant, "10")
+    await top_up(client, other_tenant, "10")
+    busy = await submit(client, other_tenant, timeout_sec=600)
+    assert busy.status_code == 202, busy.text
+    (job,) = await agent.lease(slots=4, free_gpus=3)
+    await agent.client.start(job.invoke_id, job.lease_token)
+    made = await reserve(client, tenant, node_id=agent.node_id, hours=1, gpus=2)
+    assert made.status_code == 201, made.text
+    assert job.gpu_indices[0] not in made.json()["gpu_indices"]

@@ -109,16 +109,28 @@ async def claim(
         ):
             first.append(invoke_id)
     reserved = reservation_holds.off_limits(node, holds, None)
+    # Reservations booked here that start later: their GPUs must be free at the start.
+    upcoming = await reservation_holds.upcoming_on(session, node_id, now)
     rivals = await _better_pollers(session, node, now)
     grace = now - timedelta(seconds=RANKING_GRACE_SEC)
     eligible: list[tuple[str, str]] = []
-    for invoke_id, tenant_id, runtime, gpus, constraints, created_at in peek.all():
+    for (
+        invoke_id,
+        tenant_id,
+        runtime,
+        gpus,
+        constraints,
+        created_at,
+        priority,
+        timeout_sec,
+    ) in peek.all():
         req = Requirements.from_parts(runtime, gpus, constraints)
+        soon = reservation_holds.needed_soon(upcoming, priority, timeout_sec, now)
         if not (
             gpus <= request.free_gpus
             and serves(node, req, now)
             and memory_fit.gpu_job_fits(req.runtime, req.min_vram_mb, free_vram_mb)
-            and gpu_assignment.choose(node, req, held | reserved, agent_free) is not None
+            and gpu_assignment.choose(node, req, held | reserved | soon, agent_free) is not None
         ):
             continue
         if created_at > grace and any(_can_take(rival, req, now) for rival in rivals):
@@ -146,6 +158,10 @@ async def claim(
         if not serves(node, req, now) or row.gpus > free_gpus:
             continue
         off_limits = reservation_holds.off_limits(node, holds, row.reservation_id)
+        if row.reservation_id is None:
+            off_limits |= reservation_holds.needed_soon(
+                upcoming, row.priority, row.timeout_sec, now
+            )
         indices = gpu_assignment.choose(node, req, held | off_limits, agent_free)
         if indices is None:
             continue  # an earlier job of this claim took the GPUs it could have had
@@ -193,6 +209,8 @@ def _fair_candidates(session: AsyncSession, runtimes: list[str]) -> Select[Any]:
         InvokeRow.gpus,
         InvokeRow.constraints,
         InvokeRow.created_at,
+        InvokeRow.priority,
+        InvokeRow.timeout_sec,
     )
     # A reservation's work is read apart (`reservation_holds.queued_work`): it runs on its
     # node only.
@@ -212,7 +230,7 @@ def _fair_candidates(session: AsyncSession, runtimes: list[str]) -> Select[Any]:
         )
     # PRIORITY_ORDER holds: "on_demand" sorts before "spot", so the index serves the order.
     own = (
-        select(*columns, InvokeRow.priority)
+        select(*columns)
         .where(InvokeRow.tenant_id == TenantRow.id, queued, InvokeRow.runtime.in_(runtimes))
         .order_by(InvokeRow.priority, InvokeRow.created_at)
         .limit(CANDIDATES)

@@ -9,6 +9,11 @@ whose slot (and GPUs) alone suffice when there is one, the most recently started
 first (it has the least to lose), else the most recently started ones until it fits.
 On-demand work that no node could run even empty preempts nothing.
 
+A dedicated reservation's GPUs are its own from its start: a second pass
+(`on_reserved_gpus`) asks the spot work of anyone else still running on them to stop
+(on-demand work is never given GPUs a reservation needs before its timeout could run
+out: `reservation_holds.needed_soon`).
+
 The ask is a guarded UPDATE of `preempt_requested_at` (`invoke_state.request_preempt`);
 the node hears PREEMPT on its next heartbeat, stops the job, lets its last checkpoint
 upload and confirms (`confirm`): the invoke is requeued with `preemptions + 1`, never
@@ -30,7 +35,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpu_share.coordinator.core.errors import Conflict, NotFound
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
 from gpu_share.coordinator.core.settings import Settings
-from gpu_share.coordinator.services import invoke_state, memory_fit, nodes, ranking
+from gpu_share.coordinator.services import (
+    invoke_state,
+    memory_fit,
+    nodes,
+    ranking,
+    reservation_holds,
+)
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES, Lease
 from gpu_share.coordinator.services.leases import add_log
 from gpu_share.coordinator.services.placement import Requirements, in_window, node_listed, serves
@@ -83,7 +94,7 @@ async def preempt_for_waiting_work(
             .where(
                 InvokeRow.status == InvokeStatus.QUEUED.value,
                 InvokeRow.priority == Priority.ON_DEMAND.value,
-                # A reservation's work runs on its own GPUs only: it never preempts (yet).
+                # A reservation's work runs on its own GPUs only: `on_reserved_gpus` frees them.
                 InvokeRow.reservation_id.is_(None),
             )
             .order_by(InvokeRow.created_at, InvokeRow.id)
@@ -134,6 +145,50 @@ async def preempt_for_waiting_work(
             room.slots -= 1
             room.gpus -= need
             break
+    return asked
+
+
+async def on_reserved_gpus(session: AsyncSession, now: datetime, settings: Settings) -> list[str]:
+    """Ask the spot work still running on GPUs that a reservation in force holds (other
+    than that reservation's own) to stop; returns their ids."""
+    holds = await reservation_holds.held_on(session, now)
+    if not holds:
+        return []
+    reserved: dict[str, dict[int, str]] = {}  # node → GPU index → reservation
+    for held in holds:
+        for index in held.gpu_indices:
+            reserved.setdefault(held.node_id, {})[index] = held.reservation_id
+    running = await session.execute(
+        select(
+            InvokeRow.id,
+            InvokeRow.node_id,
+            InvokeRow.lease_token,
+            InvokeRow.gpu_indices,
+            InvokeRow.reservation_id,
+        ).where(
+            InvokeRow.status.in_(ACTIVE_VALUES),
+            InvokeRow.priority == Priority.SPOT.value,
+            InvokeRow.preempt_requested_at.is_(None),
+            InvokeRow.node_id.in_(list(reserved)),
+        )
+    )
+    asked: list[str] = []
+    for invoke_id, node_id, token, indices, own in running.all():
+        holders = reserved[str(node_id)]
+        taken = sorted({holders[i] for i in map(int, indices or []) if holders.get(i, own) != own})
+        if not taken or token is None:
+            continue
+        if await invoke_state.request_preempt(session, Lease(invoke_id, node_id, token), now):
+            asked.append(invoke_id)
+            await _log(
+                session,
+                invoke_id,
+                f"[coordinator] preempting this spot job on node {node_id}: reservation "
+                f"{', '.join(taken)} holds its GPUs from now; it stops and is requeued "
+                "(a training keeps its last checkpoint)\n",
+                now,
+                settings,
+            )
     return asked
 
 

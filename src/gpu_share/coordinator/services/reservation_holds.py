@@ -5,10 +5,13 @@ session placement (`sessions`), offers and the provider's machines.
 - Work outside reservations never gets a GPU a reservation in force holds.
 - A reservation's own work (an invoke or a session naming it) runs only on its node and
   GPUs, and is leased before anything else there.
+- Its GPUs are free when it starts: on-demand work that could still be running then is
+  not given them (`needed_soon`), and spot work on them is preempted at the start
+  (`services/preemption.py`, `on_reserved_gpus`).
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -29,7 +32,7 @@ from gpu_share.coordinator.services.reservations import (
     for_work,
 )
 from gpu_share.protocol.errors import ErrorCode
-from gpu_share.protocol.invokes import InvokeStatus
+from gpu_share.protocol.invokes import InvokeStatus, Priority
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Held:
 
     reservation_id: str
     tenant_id: str
+    node_id: str
     gpus: int
     gpu_indices: list[int]
     used: int
@@ -70,7 +74,9 @@ async def held_on(session: AsyncSession, now: datetime, node_id: str | None = No
     for reservation_id, gpus in running.all():
         used[str(reservation_id)] = used.get(str(reservation_id), 0) + int(gpus)
     return [
-        Held(r.id, r.tenant_id, r.gpus, [int(i) for i in r.gpu_indices], used.get(r.id, 0))
+        Held(
+            r.id, r.tenant_id, r.node_id, r.gpus, [int(i) for i in r.gpu_indices], used.get(r.id, 0)
+        )
         for r in rows
     ]
 
@@ -198,7 +204,39 @@ async def reserved_indices_by_node(session: AsyncSession, now: datetime) -> dict
     """Which GPUs of each node reservations in force hold now (the provider's machines)."""
     found: dict[str, list[int]] = {}
     for held in await held_on(session, now):
-        row = await session.get(ReservationRow, held.reservation_id)
-        assert row is not None
-        found.setdefault(row.node_id, []).extend(held.gpu_indices)
+        found.setdefault(held.node_id, []).extend(held.gpu_indices)
     return {node_id: sorted(indices) for node_id, indices in found.items()}
+
+
+@dataclass(frozen=True)
+class Upcoming:
+    """A reservation on a node that has not started yet: when, and which GPUs."""
+
+    starts_at: datetime
+    gpu_indices: frozenset[int]
+
+
+async def upcoming_on(session: AsyncSession, node_id: str, now: datetime) -> list[Upcoming]:
+    """The reservations booked on this node that start later, soonest first."""
+    rows = await session.execute(
+        select(ReservationRow.starts_at, ReservationRow.gpu_indices)
+        .where(
+            ReservationRow.node_id == node_id,
+            ReservationRow.status.in_(LIVE),
+            ReservationRow.starts_at > now,
+        )
+        .order_by(ReservationRow.starts_at)
+    )
+    return [Upcoming(start, frozenset(int(i) for i in indices)) for start, indices in rows.all()]
+
+
+def needed_soon(
+    upcoming: list[Upcoming], priority: str, timeout_sec: int, now: datetime
+) -> set[int]:
+    """The GPUs a job leased now must leave alone for the reservations ahead: those of
+    every reservation that starts before the job's timeout could run out. Spot work may
+    have them: it is preempted when the reservation starts."""
+    if priority == Priority.SPOT.value or not upcoming:
+        return set()
+    runs_until = now + timedelta(seconds=timeout_sec)
+    return {i for ahead in upcoming if ahead.starts_at < runs_until for i in ahead.gpu_indices}

@@ -18,7 +18,7 @@ one node held for one tenant for a period of whole hours. This module books them
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.errors import (
@@ -30,7 +30,7 @@ from gpu_share.coordinator.core.errors import (
     field_error,
 )
 from gpu_share.coordinator.core.ids import new_id
-from gpu_share.coordinator.core.orm import NodeRow, ReservationRow
+from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ReservationRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services import (
     billing,
@@ -40,9 +40,11 @@ from gpu_share.coordinator.services import (
     ranking,
     schedules,
 )
+from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES
 from gpu_share.coordinator.services.ledger import TransactionKind
 from gpu_share.coordinator.services.placement import CONSTRAINTS, Requirements, gpu_matches, unmet
 from gpu_share.protocol.errors import ErrorCode
+from gpu_share.protocol.invokes import Priority
 from gpu_share.protocol.money import MICRO, usdc_text
 from gpu_share.protocol.reservations import (
     MAX_DAYS_AHEAD,
@@ -202,11 +204,28 @@ async def _overlapping(
 async def _free_gpus(
     session: AsyncSession, node: NodeRow, body: ReservationRequest, start: datetime, end: datetime
 ) -> list[int]:
-    """The GPUs meeting the request that no other reservation holds during the period."""
+    """The GPUs meeting the request that no other reservation holds during the period,
+    those on-demand work may still be using at the start last (spot work is preempted)."""
     taken = {
         int(i) for r in await _overlapping(session, node.id, start, end) for i in r.gpu_indices
     }
-    return [i for i in _candidate_gpus(node, body) if i not in taken]
+    busy = await _busy_at(session, node.id, start)
+    free = [i for i in _candidate_gpus(node, body) if i not in taken]
+    return sorted(free, key=lambda i: i in busy)
+
+
+async def _busy_at(session: AsyncSession, node_id: str, moment: datetime) -> set[int]:
+    """GPUs of the node that running on-demand work may still hold at `moment`."""
+    rows = await session.execute(
+        select(InvokeRow.gpu_indices).where(
+            InvokeRow.node_id == node_id,
+            InvokeRow.status.in_(ACTIVE_VALUES),
+            InvokeRow.priority != Priority.SPOT.value,
+            InvokeRow.gpu_indices.is_not(None),
+            or_(InvokeRow.deadline_at.is_(None), InvokeRow.deadline_at > moment),
+        )
+    )
+    return {int(i) for (indices,) in rows.all() for i in indices or []}
 
 
 @dataclass(frozen=True)
