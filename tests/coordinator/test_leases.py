@@ -302,3 +302,63 @@ async def test_gpu_jobs_are_not_leased_into_memory_sessions_hold(
             update(SessionRow).where(SessionRow.id == "ses_held").values(status="closed")
         )
     assert [j.invoke_id for j in await gpu.lease(slots=2)] == [job_id]
+
+
+async def test_a_lease_that_asks_start_is_the_start(
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+) -> None:
+    agent = await sim_agent()
+    invoke_id = await submit(client, tenant, {**CPU_HELLO, "timeout_sec": 120})
+    (job,) = await agent.lease(start=True)
+    assert job.started
+    state = await status_of(client, tenant, invoke_id)
+    assert state["status"] == "running" and state["started_at"] is not None
+    await agent.client.start(job.invoke_id, job.lease_token)  # an old agent's start: harmless
+    clock.advance(30)
+    await agent.client.report(invoke_id, done_report(job, b"ok"), retry_for=0)
+    state = await status_of(client, tenant, invoke_id)
+    assert state["status"] == "done" and state["attempts"] == 1
+    assert base64.b64decode(state["result"]["outputs_inline_base64"]) == b"ok"
+
+
+async def test_the_last_log_lines_travel_with_the_result_once(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    agent = await sim_agent()
+    invoke_id = await submit(client, tenant)
+    (job,) = await agent.lease(start=True)
+    assert await agent.client.append_logs(invoke_id, job.lease_token, "first line\n") is (
+        LeaseVerdict.KEEP
+    )
+    report = done_report(job).model_copy(update={"log": "last line\n"})
+    await agent.client.report(invoke_id, report, retry_for=0)
+    await agent.client.report(invoke_id, report, retry_for=0)  # a retry adds nothing
+    logs = (await client.get(f"/v1/gpu/invokes/{invoke_id}/logs", headers=tenant.headers)).text
+    assert logs.count("last line") == 1
+    assert logs.index("first line") < logs.index("last line")
+
+
+async def test_a_stale_result_brings_no_log_lines(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+    settings: Settings,
+) -> None:
+    lost, healthy = await sim_agent(), await sim_agent()
+    invoke_id = await submit(client, tenant)
+    (stale,) = await lost.lease(start=True)
+    clock.advance(settings.lease_ttl_sec + 1)
+    assert (await lease_expiry.run_once(app.state.replica)).requeued == 1
+    (job,) = await healthy.lease(start=True)
+    late = done_report(stale, b"late").model_copy(update={"log": "from the lost node\n"})
+    with pytest.raises(StaleLease):
+        await lost.client.report(invoke_id, late, retry_for=0)
+    await healthy.complete(job, b"on time")
+    logs = (await client.get(f"/v1/gpu/invokes/{invoke_id}/logs", headers=tenant.headers)).text
+    assert "from the lost node" not in logs
+    assert (await status_of(client, tenant, invoke_id))["status"] == "done"

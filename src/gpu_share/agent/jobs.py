@@ -179,11 +179,12 @@ class Job:
 
     async def run(self) -> None:
         started = time.monotonic()
-        try:
-            await self.ctx.client.start(self.invoke_id, self.lease.lease_token)
-        except StaleLease:
-            log.info("invoke %s: lease stale before start; dropping", self.invoke_id)
-            return
+        if not self.lease.started:  # a coordinator that does not start jobs at the lease
+            try:
+                await self.ctx.client.start(self.invoke_id, self.lease.lease_token)
+            except StaleLease:
+                log.info("invoke %s: lease stale before start; dropping", self.invoke_id)
+                return
         self.logs.start()
         report: wire.ResultReport | None
         try:
@@ -197,12 +198,16 @@ class Job:
             self.logs.line(message)
             report = self._failed(ErrorCode.AGENT_ERROR, message, started)
         finally:
-            await self.logs.close()
+            await self.logs.stop()
             for sha in self._pinned:
                 self.ctx.cache.unpin(sha)
             await asyncio.to_thread(shutil.rmtree, self.staging, True)
             if not self.ctx.settings.keep_job_dirs:
                 await asyncio.to_thread(shutil.rmtree, self.dir, True)
+        if report is None or self._stopped_for_preemption:
+            await self.logs.flush()
+        else:  # the last lines travel with the result
+            report = report.model_copy(update={"log": await self.logs.remainder()})
         if self._stopped_for_preemption and not self.outcome.dropped.is_set():
             try:  # the coordinator requeues it; its last checkpoint was uploaded above
                 await self.ctx.client.report_preempted(

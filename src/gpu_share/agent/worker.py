@@ -346,6 +346,7 @@ class Agent:
                 free_gpus=len(self._free_gpus),
                 free_gpu_indices=sorted(g.info.index for g in self._free_gpus),
                 wait_sec=self.settings.lease_wait_sec,
+                start=True,  # the lease answer is the start: one request less per job
             )
             try:
                 response = await self.client.lease(request)

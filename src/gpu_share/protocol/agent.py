@@ -112,6 +112,11 @@ class LeaseRequest(BaseModel):
         description="Which GPUs (NVML index) are free; null from agents that do not say",
     )
     wait_sec: float = Field(default=25.0, ge=0, le=60, description="Long-poll for this long")
+    start: bool = Field(
+        default=False,
+        description="Start the jobs as they are leased: the answer is their start, and the "
+        "agent makes no `/start` call (`LeasedJob.started`)",
+    )
 
 
 class ArtifactRef(BaseModel):
@@ -151,6 +156,11 @@ class LeasedJob(BaseModel):
         description="The node's GPUs (NVML index) to run on, `gpus` of them; null from "
         "coordinators that do not choose (the agent picks free ones)",
     )
+    started: bool = Field(
+        default=False,
+        description="Already running (the lease asked `start`): its timeout counts from the "
+        "lease, and the agent makes no `/start` call",
+    )
 
 
 class LeaseResponse(BaseModel):
@@ -161,9 +171,12 @@ class StartReport(BaseModel):
     lease_token: str = Field(max_length=64)
 
 
+MAX_LOG_APPEND = 256 * 1024  # characters of log text in one request
+
+
 class LogAppend(BaseModel):
     lease_token: str = Field(max_length=64)
-    text: str = Field(max_length=256 * 1024)
+    text: str = Field(max_length=MAX_LOG_APPEND)
 
 
 class LogAck(BaseModel):
@@ -179,6 +192,12 @@ class ResultReport(BaseModel):
         default=None, description="Outputs and metrics; required when done"
     )
     error: InvokeError | None = Field(default=None, description="Required unless done")
+    log: str = Field(
+        default="",
+        max_length=MAX_LOG_APPEND,
+        description="The job's last log text, appended to its log with the result (one "
+        "request instead of a final log POST and the result)",
+    )
 
     @model_validator(mode="after")
     def _one_verdict(self) -> Self:

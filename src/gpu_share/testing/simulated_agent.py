@@ -129,6 +129,7 @@ class SimulatedAgent:
         wait: float = 0.0,
         free_gpus: int = 8,
         free_gpu_indices: list[int] | None = None,
+        start: bool = False,
     ) -> list[wire.LeasedJob]:
         response = await self.client.lease(
             wire.LeaseRequest(
@@ -136,13 +137,15 @@ class SimulatedAgent:
                 free_gpus=free_gpus,
                 free_gpu_indices=free_gpu_indices,
                 wait_sec=wait,
+                start=start,
             )
         )
         self.leased.extend(job.invoke_id for job in response.jobs)
         return response.jobs
 
     async def complete(self, job: wire.LeasedJob, outputs: bytes = b"sim-outputs") -> None:
-        await self.client.start(job.invoke_id, job.lease_token)
+        if not job.started:
+            await self.client.start(job.invoke_id, job.lease_token)
         await self.client.report(job.invoke_id, done_report(job, outputs), retry_for=0)
         self.reported.append(job.invoke_id)
 

@@ -221,6 +221,10 @@ async def report_result(
     """The outcome, exactly once; a stale lease gets 409 and the job counts elsewhere."""
     async with replica.db.write() as session:
         await leases.report_result(
-            session, Lease(invoke_id, caller.node_id, body.lease_token), body, replica.clock.now()
+            session,
+            Lease(invoke_id, caller.node_id, body.lease_token),
+            body,
+            replica.clock.now(),
+            replica.settings,
         )
     await replica.notifier.publish(Channel.FINISHED)

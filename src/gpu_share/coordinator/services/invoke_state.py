@@ -85,9 +85,21 @@ async def assign(
     now: datetime,
     rate_micro_per_hour: int = 0,
     gpu_indices: list[int] | None = None,
+    start_timeout_sec: int | None = None,
 ) -> bool:
     """queued → assigned: the node holds it until `expires_at` unless heartbeats extend it;
-    its rate is fixed now (`billing.placed_rate`), and the GPUs it gets are recorded."""
+    its rate is fixed now (`billing.placed_rate`), and the GPUs it gets are recorded.
+    With `start_timeout_sec`, queued → running at once: the lease is the start (as
+    `start`, its deadline counting from now)."""
+    started = (
+        {}
+        if start_timeout_sec is None
+        else {
+            "status": InvokeStatus.RUNNING.value,
+            "started_at": now,
+            "deadline_at": now + timedelta(seconds=start_timeout_sec),
+        }
+    )
     return await _transition(
         session,
         invoke_id,
@@ -101,6 +113,7 @@ async def assign(
             "assigned_at": now,
             "rate_micro_per_hour": rate_micro_per_hour,
             "gpu_indices": null() if gpu_indices is None else gpu_indices,  # SQL NULL
+            **started,
         },
         InvokeRow.attempts == attempt - 1,
     )

@@ -165,7 +165,7 @@ async def claim(
         indices = gpu_assignment.choose(node, req, held | off_limits, agent_free)
         if indices is None:
             continue  # an earlier job of this claim took the GPUs it could have had
-        job = await _lease(session, row, node, now, ctx, indices)
+        job = await _lease(session, row, node, now, ctx, indices, start=request.start)
         if job is not None:
             jobs.append(job)
             served.add(row.tenant_id)
@@ -318,8 +318,11 @@ async def _lease(
     now: datetime,
     ctx: LeaseContext,
     gpu_indices: list[int],
+    *,
+    start: bool = False,
 ) -> wire.LeasedJob | None:
-    """Lease one invoke to the node, on `gpu_indices` of its GPUs (none for a CPU job)."""
+    """Lease one invoke to the node, on `gpu_indices` of its GPUs (none for a CPU job);
+    with `start`, the lease is its start (`LeaseRequest.start`)."""
     node_id = node.id
     model = await artifact_ref(
         session, row.model_url, row.model_artifact_id, row.model_sha256, now, ctx
@@ -364,6 +367,7 @@ async def _lease(
         now=now,
         rate_micro_per_hour=rate,
         gpu_indices=gpu_indices or None,
+        start_timeout_sec=row.timeout_sec if start else None,
     ):
         return None
     return wire.LeasedJob(
@@ -382,6 +386,7 @@ async def _lease(
         inline_limit_bytes=ctx.settings.inline_output_limit_bytes,
         checkpoint=checkpoint,
         gpu_indices=gpu_indices or None,
+        started=start,
     )
 
 
@@ -519,9 +524,14 @@ def _ms(later: datetime | None, earlier: datetime | None) -> int | None:
 
 
 async def report_result(
-    session: AsyncSession, lease: Lease, report: wire.ResultReport, now: datetime
+    session: AsyncSession,
+    lease: Lease,
+    report: wire.ResultReport,
+    now: datetime,
+    settings: Settings,
 ) -> InvokeStatus:
-    """Record the node's verdict exactly once; a retry of the same report is answered the same."""
+    """Record the node's verdict exactly once, after the last log text it carries; a retry
+    of the same report is answered the same."""
     row = await session.get(InvokeRow, lease.invoke_id, with_for_update=True)
     if row is None:
         raise NotFound(f"invoke {lease.invoke_id} does not exist")
@@ -544,6 +554,7 @@ async def report_result(
         now=now,
     ):
         raise _stale(lease.invoke_id)
+    add_log(session, row, report.log, now, settings)
     return report.status
 
 
