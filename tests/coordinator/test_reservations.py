@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from gpu_share.coordinator.core.orm import LedgerTransactionRow, NodeRow, ProviderPriceRow
 from gpu_share.coordinator.loops import reservations as reservation_loop
 from gpu_share.coordinator.services import ledger
+from gpu_share.coordinator.services.presence import BUCKET_SEC
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import ADMIN, ProviderHandle, TenantHandle
@@ -77,6 +78,17 @@ async def reserve(client: httpx.AsyncClient, tenant: TenantHandle, **body: Any) 
     return await client.post("/v1/reservations", json=body, headers=tenant.headers)
 
 
+async def stay_online(agent: SimulatedAgent, clock: FrozenClock, seconds: int) -> None:
+    """Move the clock on by `seconds`, the agent beating now and after every 5 minutes of
+    it, so each presence bucket passed has a beat (a reservation's node was there)."""
+    await agent.heartbeat()
+    while seconds > 0:
+        step = min(BUCKET_SEC, seconds)
+        clock.advance(step)
+        await agent.heartbeat()
+        seconds -= step
+
+
 async def test_quote_is_the_price_reserve_holds_it_and_the_end_charges_it(
     app: FastAPI,
     client: httpx.AsyncClient,
@@ -101,13 +113,14 @@ async def test_quote_is_the_price_reserve_holds_it_and_the_end_charges_it(
     assert sorted(made["gpu_indices"]) == [0, 1]
     assert await balances(app, tenant) == (8_000_000, 12_000_000)
 
-    clock.advance(3 * 3600)
+    await stay_online(agent, clock, 3 * 3600)
     report = await reservation_loop.run_once(app.state.replica)
     assert report.ended == 1
     again = await reservation_loop.run_once(app.state.replica)
     assert again.ended == 0  # idempotent
     got = await client.get(f"/v1/reservations/{made['id']}", headers=tenant.headers)
     assert got.json()["status"] == "ended"
+    assert (got.json()["cost"], got.json()["credited"]) == ("12", "0")  # there throughout
     assert await balances(app, tenant) == (8_000_000, 0)
     async with app.state.replica.db.read() as session:
         pending = await ledger.balance(session, ledger.provider_pending(provider.id))
@@ -187,7 +200,7 @@ async def test_cancel_before_the_start_is_free_after_it_charges_hours_begun(
     assert canceled.status_code == 200 and canceled.json()["cost"] == "0"
     assert await balances(app, tenant) == (46_000_000, 4_000_000)
 
-    clock.advance(600)
+    await stay_online(agent, clock, 600)
     canceled = await client.post(
         f"/v1/reservations/{now.json()['id']}/cancel", headers=tenant.headers
     )

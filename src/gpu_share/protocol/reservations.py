@@ -81,8 +81,13 @@ class Reservation(BaseModel):
     hours: int
     rate_per_hour: str = Field(description="USDC: all its GPUs together")
     cost: str = Field(
-        description="USDC: the period's price; once canceled, what was charged (0 before it "
-        "started)"
+        description="USDC: the period's price; once ended or canceled, what was charged (0 "
+        "if canceled before it started)"
+    )
+    credited: str | None = Field(
+        default=None,
+        description="USDC taken off the charge for time its node was offline (docs/billing.md); "
+        "none until it ended or was canceled",
     )
     created_at: datetime
     canceled_at: datetime | None = None

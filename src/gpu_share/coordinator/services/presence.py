@@ -3,7 +3,7 @@ the uptime part of the reliability score."""
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.db import upsert
@@ -27,6 +27,21 @@ async def record_beat(session: AsyncSession, node_id: str, now: datetime) -> Non
             set_={"beats": NodePresenceRow.beats + 1},
         )
     )
+
+
+async def present_buckets(
+    session: AsyncSession, node_id: str, start: datetime, end: datetime
+) -> set[datetime]:
+    """The buckets overlapping [start, end) in which the node beat at least once."""
+    found = await session.scalars(
+        select(NodePresenceRow.bucket_start).where(
+            NodePresenceRow.node_id == node_id,
+            NodePresenceRow.beats > 0,
+            NodePresenceRow.bucket_start >= bucket_of(start),
+            NodePresenceRow.bucket_start < end,
+        )
+    )
+    return set(found.all())
 
 
 async def prune(session: AsyncSession, now: datetime) -> None:

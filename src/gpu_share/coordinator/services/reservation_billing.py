@@ -1,11 +1,13 @@
 """What dedicated reservations cost and how they end (SPEC §4.3; docs/billing.md).
 
 The period's price was reserved at creation (`reservations.create`). At the end of the
-period the whole of it is charged (CHARGE, `reservation:{id}:settle`, with a full
-`ChargeDetails`, work "reservation"); a cancel before the start releases it all, a
-cancel while active charges every hour begun and releases the rest. Each status change
-is a guarded UPDATE committed with its posting, so a cancel racing the loop's end
-charges once.
+period it is charged (CHARGE, `reservation:{id}:settle`, with a full `ChargeDetails`,
+work "reservation"); a cancel before the start releases it all, a cancel while active
+charges every hour begun and releases the rest. Time the node was not there is taken
+off either charge, pro rata by presence bucket (`reservation_downtime`); a reservation
+whose node never came releases the whole reserve. What was charged is written to
+`cost_micro`. Each status change is a guarded UPDATE committed with its posting, so a
+cancel racing the loop's end charges once.
 """
 
 from dataclasses import dataclass
@@ -22,10 +24,11 @@ from gpu_share.coordinator.services import (
     billing,
     invoke_state,
     ledger,
+    reservation_downtime,
 )
 from gpu_share.coordinator.services.ledger import ChargeDetails, TransactionKind
+from gpu_share.coordinator.services.reservation_downtime import Charge
 from gpu_share.coordinator.services.reservations import (
-    HOUR,
     LIVE,
     owned,
     reserve_cause,
@@ -40,27 +43,23 @@ from gpu_share.protocol.reservations import (
 )
 
 
-def _charged_for(row: ReservationRow, until: datetime) -> int:
-    """What a reservation costs when it stops at `until`: every hour begun, at most the
-    period (before it starts: nothing)."""
-    if until <= row.starts_at:
-        return 0
-    begun = -(-(until - row.starts_at) // HOUR)
-    return min(row.cost_micro, row.rate_micro_per_hour * begun)
+class ReservationChargeDetails(ChargeDetails):
+    downtime_seconds: float  # of the held stretch, not charged: the node was absent
 
 
 async def _settle(
     session: AsyncSession,
     row: ReservationRow,
     reserved: int,
-    cost: int,
-    until: datetime,
+    charge: Charge,
     now: datetime,
 ) -> None:
-    """Charge `cost` of the `reserved` amount (the rest back to the balance), once."""
+    """Charge `charge` of the `reserved` amount (the rest back to the balance), once."""
     if reserved <= 0:
         return
     tenant = row.tenant_id
+    cost = charge.cost_micro
+    downtime_seconds = charge.downtime.total_seconds()
     if cost <= 0:
         await ledger.post(
             session,
@@ -70,15 +69,20 @@ async def _settle(
                 ledger.tenant_reserved(tenant), ledger.tenant_balance(tenant), reserved
             ),
             now=now,
-            details={"tenant_id": tenant, "work": "reservation", "work_id": row.id},
+            details={
+                "tenant_id": tenant,
+                "work": "reservation",
+                "work_id": row.id,
+                "downtime_seconds": downtime_seconds,
+            },
         )
         return
     node = await session.get(NodeRow, row.node_id)
     assert node is not None
     bps = await billing.commission_of(session, reserve_cause(row.id))
     provider_share, commission = ledger.split_commission(cost, bps)
-    held_until = min(until, row.ends_at)
-    details: ChargeDetails = {
+    held_until = row.starts_at + charge.held
+    details: ReservationChargeDetails = {
         "tenant_id": tenant,
         "provider_id": node.provider_id,
         "node_id": node.id,
@@ -88,13 +92,14 @@ async def _settle(
         "gpu_model": billing.gpu_model_of(node, row.gpus),
         "gpus": row.gpus,
         "spot": False,
-        "seconds": max(0.0, (held_until - row.starts_at).total_seconds()),
+        "seconds": charge.present.total_seconds(),
         "rate_micro_per_hour": row.rate_micro_per_hour,
         "cost_micro": cost,
         "provider_micro": provider_share,
         "commission_micro": commission,
         "started_at": row.starts_at.isoformat(),
         "ended_at": held_until.isoformat(),
+        "downtime_seconds": downtime_seconds,
     }
     await ledger.post(
         session,
@@ -129,8 +134,9 @@ async def _stop_queued_work(session: AsyncSession, reservation_id: str, now: dat
 async def cancel(
     session: AsyncSession, tenant_id: str, reservation_id: str, now: datetime
 ) -> Reservation:
-    """Before it starts: free. While active: every hour begun is charged, the rest comes
-    back, and its GPUs are free at once. Twice, or once it ended: 409."""
+    """Before it starts: free. While active: every hour begun is charged, less the node's
+    downtime, the rest comes back, and its GPUs are free at once. Twice, or once it
+    ended: 409."""
     row = await owned(session, tenant_id, reservation_id, lock=True)
     if row.status not in LIVE:
         raise Conflict(
@@ -143,7 +149,7 @@ async def cancel(
             details={"status": ReservationStatus.ENDED.value},
         )
     reserved = row.cost_micro
-    cost = _charged_for(row, now)
+    charge = await reservation_downtime.charge_for(session, row, now, now)
     done = await session.execute(
         update(ReservationRow)
         .where(ReservationRow.id == row.id, ReservationRow.status.in_(LIVE))
@@ -151,29 +157,36 @@ async def cancel(
             status=ReservationStatus.CANCELED.value,
             canceled_at=now,
             ended_at=now if now >= row.starts_at else None,
-            cost_micro=cost,
+            cost_micro=charge.cost_micro,
         )
         .execution_options(synchronize_session=False)
     )
     if done.rowcount != 1:  # type: ignore[attr-defined]
         raise Conflict(f"reservation {row.id} changed meanwhile; read it again")
-    await _settle(session, row, reserved, cost, now, now)
+    await _settle(session, row, reserved, charge, now)
     await _stop_queued_work(session, row.id, now)
     await session.refresh(row)
     return to_wire(row)
 
 
 async def _end(session: AsyncSession, row: ReservationRow, now: datetime) -> bool:
-    """pending/active → ended, charging the whole period; False if another got there first."""
+    """pending/active → ended, charging the period less the node's downtime; False if
+    another got there first."""
+    reserved = row.cost_micro
+    charge = await reservation_downtime.charge_for(session, row, row.ends_at, now)
     done = await session.execute(
         update(ReservationRow)
         .where(ReservationRow.id == row.id, ReservationRow.status.in_(LIVE))
-        .values(status=ReservationStatus.ENDED.value, ended_at=row.ends_at)
+        .values(
+            status=ReservationStatus.ENDED.value,
+            ended_at=row.ends_at,
+            cost_micro=charge.cost_micro,
+        )
         .execution_options(synchronize_session=False)
     )
     if done.rowcount != 1:  # type: ignore[attr-defined]
         return False
-    await _settle(session, row, row.cost_micro, row.cost_micro, row.ends_at, now)
+    await _settle(session, row, reserved, charge, now)
     await _stop_queued_work(session, row.id, now)
     return True
 

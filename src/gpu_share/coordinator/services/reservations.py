@@ -38,6 +38,7 @@ from gpu_share.coordinator.services import (
     nodes,
     prices,
     ranking,
+    reservation_downtime,
     schedules,
 )
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES
@@ -73,6 +74,7 @@ def hours_of(row: ReservationRow) -> int:
 
 
 def to_wire(row: ReservationRow) -> Reservation:
+    credit = reservation_downtime.credited(row)
     return Reservation(
         id=row.id,
         status=ReservationStatus(row.status),
@@ -84,6 +86,7 @@ def to_wire(row: ReservationRow) -> Reservation:
         hours=hours_of(row),
         rate_per_hour=usdc_text(row.rate_micro_per_hour),
         cost=usdc_text(row.cost_micro),
+        credited=usdc_text(credit) if credit is not None else None,
         created_at=row.created_at,
         canceled_at=row.canceled_at,
         ended_at=row.ended_at,
