@@ -39,6 +39,9 @@ def register(sub: Any) -> None:
     invoke_parser.add_argument("--region")
     invoke_parser.add_argument("--tier", choices=["enterprise", "community"])
     invoke_parser.add_argument("--max-price-per-gpu-hour", help="USDC")
+    invoke_parser.add_argument(
+        "--reservation-id", help="run in this active reservation of yours (rsv_…)"
+    )
     invoke_parser.add_argument("--idempotency-key", help="send the same key to never run twice")
     _add_wait_options(invoke_parser)
 
@@ -92,6 +95,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "region",
         "tier",
         "max_price_per_gpu_hour",
+        "reservation_id",
         "idempotency_key",
     )
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}

@@ -5,11 +5,21 @@ import sys
 from collections.abc import Sequence
 
 from gpu_share._version import __version__
-from gpu_share.cli import agent, discovery, doctor, invokes, server, sessions, up, upload
+from gpu_share.cli import (
+    agent,
+    discovery,
+    doctor,
+    invokes,
+    reservations,
+    server,
+    sessions,
+    up,
+    upload,
+)
 from gpu_share.cli._tenant import EXIT_CODES_HELP
 
 # Tenant commands first: they are what most people run.
-COMMANDS = (doctor, discovery, upload, invokes, sessions, server, agent, up)
+COMMANDS = (doctor, discovery, upload, invokes, sessions, reservations, server, agent, up)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,6 +31,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--output-dir", type=Path, help="write <inputs name>.out.npz files here")
     parser.add_argument("--idle-timeout-sec", type=int, default=60)
     parser.add_argument("--max-batch", type=int)
+    parser.add_argument("--reservation-id", help="hold the model in this active reservation")
 
 
 def _describe(arrays: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -52,6 +53,8 @@ def session(args: argparse.Namespace, client: "Client", out: Output) -> int:
     options: dict[str, Any] = {"idle_timeout_sec": args.idle_timeout_sec}
     if args.max_batch is not None:
         options["max_batch"] = args.max_batch
+    if args.reservation_id is not None:
+        options["reservation_id"] = args.reservation_id
     lines: list[str] = []
     forwards: list[dict[str, Any]] = []
     with client.session(args.model, runtime=args.runtime, **options) as handle:

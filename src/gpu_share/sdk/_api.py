@@ -76,6 +76,7 @@ class InvokeOptions(TypedDict, total=False):
     tier: Tier | str
     webhook_url: str
     max_cost: Decimal | str | int
+    reservation_id: str  # run in this active dedicated reservation of yours
     idempotency_key: str
 
 

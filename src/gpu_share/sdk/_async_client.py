@@ -13,12 +13,14 @@ from gpu_share.protocol.common import Page
 from gpu_share.protocol.health import Health
 from gpu_share.protocol.invokes import Invoke, InvokeStatus, ProbeUrlResult
 from gpu_share.protocol.nodes import Node, RuntimeAvailability
+from gpu_share.protocol.reservations import Reservation, ReservationQuote
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.protocol.sessions import Session
-from gpu_share.sdk import _api, _catboost, _sessions
+from gpu_share.sdk import _api, _catboost, _reservations, _sessions
 from gpu_share.sdk._api import ArraysOrFile, InvokeOptions, StatusCallback
 from gpu_share.sdk._config import DEFAULT_TIMEOUT, ClientConfig, RetryPolicy
 from gpu_share.sdk._http import AsyncDriver, Flow
+from gpu_share.sdk._reservations import ReservationFields
 from gpu_share.sdk._results import InvokeOutputs
 from gpu_share.sdk._session_handles import AsyncSessionHandle
 from gpu_share.sdk._sources import FileSource
@@ -267,6 +269,23 @@ class AsyncClient:
     async def cancel(self, invoke_id: str) -> Invoke:
         """Queued: canceled at once. Running: its node stops it shortly."""
         return await self._run(_api.cancel(self.config, invoke_id))
+
+    # Reservations
+
+    async def quote_reservation(self, **fields: Unpack[ReservationFields]) -> ReservationQuote:
+        return await self._run(_reservations.quote_reservation(self.config, fields))
+
+    async def reserve(self, **fields: Unpack[ReservationFields]) -> Reservation:
+        return await self._run(_reservations.reserve(self.config, fields))
+
+    async def reservations(self, *, limit: int = 100) -> Page[Reservation]:
+        return await self._run(_reservations.list_reservations(self.config, limit=limit))
+
+    async def get_reservation(self, reservation_id: str) -> Reservation:
+        return await self._run(_reservations.get_reservation(self.config, reservation_id))
+
+    async def cancel_reservation(self, reservation_id: str) -> Reservation:
+        return await self._run(_reservations.cancel_reservation(self.config, reservation_id))
 
     # Sessions
 

@@ -13,12 +13,14 @@ from gpu_share.protocol.common import Page
 from gpu_share.protocol.health import Health
 from gpu_share.protocol.invokes import Invoke, InvokeStatus, ProbeUrlResult
 from gpu_share.protocol.nodes import Node, RuntimeAvailability
+from gpu_share.protocol.reservations import Reservation, ReservationQuote
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.protocol.sessions import Session
-from gpu_share.sdk import _api, _catboost, _sessions
+from gpu_share.sdk import _api, _catboost, _reservations, _sessions
 from gpu_share.sdk._api import ArraysOrFile, InvokeOptions, StatusCallback
 from gpu_share.sdk._config import DEFAULT_TIMEOUT, ClientConfig, RetryPolicy
 from gpu_share.sdk._http import Flow, SyncDriver
+from gpu_share.sdk._reservations import ReservationFields
 from gpu_share.sdk._results import InvokeOutputs
 from gpu_share.sdk._session_handles import SessionHandle
 from gpu_share.sdk._sources import FileSource
@@ -262,6 +264,31 @@ class Client:
         """Queued: canceled at once. Running: its node stops it shortly."""
         return self._run(_api.cancel(self.config, invoke_id))
 
+    # Reservations
+
+    def quote_reservation(self, **fields: Unpack[ReservationFields]) -> ReservationQuote:
+        """The node, GPUs, period and price `reserve` with the same fields would get now,
+        and whether the balance covers it; reserves nothing."""
+        return self._run(_reservations.quote_reservation(self.config, fields))
+
+    def reserve(self, **fields: Unpack[ReservationFields]) -> Reservation:
+        """Reserve whole GPUs of one node (`node_id`, or the best ranked node meeting the
+        filters) for `hours` or until `ends_at`, from `starts_at` or now. The period's
+        price moves from the balance at once; name the reservation's `id` as
+        `reservation_id` in `invoke` or `session` to run in it."""
+        return self._run(_reservations.reserve(self.config, fields))
+
+    def reservations(self, *, limit: int = 100) -> Page[Reservation]:
+        """This tenant's reservations, newest first."""
+        return self._run(_reservations.list_reservations(self.config, limit=limit))
+
+    def get_reservation(self, reservation_id: str) -> Reservation:
+        return self._run(_reservations.get_reservation(self.config, reservation_id))
+
+    def cancel_reservation(self, reservation_id: str) -> Reservation:
+        """Free before it starts; once started, every hour begun is charged (its `cost`)."""
+        return self._run(_reservations.cancel_reservation(self.config, reservation_id))
+
     # Sessions
 
     def session(
@@ -276,9 +303,9 @@ class Client:
         """Load `model` (a URL, path, bytes or file) on a node and keep it there.
 
         Options are those of `POST /v1/gpu/sessions` (`idle_timeout_sec`, `max_batch`,
-        `max_concurrency`, placement). Use the handle as a context manager: leaving it
-        closes the session. `recreate=True` opens a new session when this one ended
-        under you (node lost, idle timeout) and sends the forward again.
+        `max_concurrency`, placement, `reservation_id`). Use the handle as a context
+        manager: leaving it closes the session. `recreate=True` opens a new session when
+        this one ended under you (node lost, idle timeout) and sends the forward again.
         """
 
         def reopen() -> Session:
