@@ -1,9 +1,11 @@
 """Dispatch: how fast work reaches agents (issue: agent and invoke pipeline).
 
 Side by side in one run, on PostgreSQL, against `gpu-share server` in its own process:
-  (a) lease throughput: N simulated agents over HTTP (lease → start → result, one job per
-      lease) vs a bare asyncpg `FOR UPDATE SKIP LOCKED` claim-and-complete loop with N
-      workers on a table in the same database. Target ≥ 0.25.
+  (a) lease throughput: N simulated agents over HTTP, one job per lease, both ways an
+      agent can take one: the fast path (a lease that is the start, then the result) and
+      the three-request path (lease, start, result); vs a bare asyncpg
+      `FOR UPDATE SKIP LOCKED` claim-and-complete loop with N workers on a table in the
+      same database. Target ≥ 0.25.
   (b) enqueue-to-agent latency for an idle long-polling agent: POST /v1/gpu/invoke until
       the agent's lease answer arrives. Target p50 ≤ 10 ms.
   (c) end-to-end invoke latency of the example digits model with a warm cache (a real
@@ -102,21 +104,32 @@ async def bare_skip_locked(dsn: str, jobs: int, workers: int) -> float:
 
 
 async def ours_throughput(
-    base: str, token: str, tenant: dict[str, str], jobs: int, workers: int
+    base: str, token: str, tenant: dict[str, str], jobs: int, workers: int, *, fast: bool
 ) -> float:
     agents = [SimulatedAgent(base) for _ in range(workers)]
     for agent in agents:
         await agent.register(token)
+
+    async def keep_online() -> None:  # submitting takes longer than a node stays online
+        while True:
+            await asyncio.sleep(5)
+            for agent in agents:
+                await agent.heartbeat([])
+
+    beating = asyncio.create_task(keep_online())
     async with httpx.AsyncClient(base_url=base, headers=tenant, timeout=30) as http:
         for _ in range(jobs):
             response = await http.post("/v1/gpu/invoke", json=CPU_BODY)
             assert response.status_code == 202, response.text
+    beating.cancel()
 
     async def drain(agent: SimulatedAgent) -> None:
-        while jobs_left := await agent.lease(slots=1, wait=0):
+        while jobs_left := await agent.lease(slots=1, wait=0, start=fast):
             for job in jobs_left:
-                await agent.client.start(job.invoke_id, job.lease_token)
-                await agent.client.report(job.invoke_id, done_report(job), retry_for=0)
+                if not fast:
+                    await agent.client.start(job.invoke_id, job.lease_token)
+                report = done_report(job).model_copy(update={"log": "[agent] done\n"})
+                await agent.client.report(job.invoke_id, report, retry_for=0)
 
     start = time.perf_counter()
     await asyncio.gather(*(drain(a) for a in agents))
@@ -255,7 +268,8 @@ async def main() -> None:
             tenant = {"Authorization": f"Bearer {tenant_key}"}
 
             bare = await bare_skip_locked(dsn, args.jobs, args.agents)
-            ours = await ours_throughput(base, token, tenant, args.jobs, args.agents)
+            three = await ours_throughput(base, token, tenant, args.jobs, args.agents, fast=False)
+            ours = await ours_throughput(base, token, tenant, args.jobs, args.agents, fast=True)
             latencies = await enqueue_latency(base, token, tenant, args.latency_samples)
             e2e, baseline = await end_to_end(base, token, tenant, tmp, args.e2e_samples)
         finally:
@@ -264,9 +278,11 @@ async def main() -> None:
             await drop_scratch_postgres(url)
 
     print(f"(a) lease throughput, {args.agents} agents, {args.jobs} jobs, one per lease:")
-    print(f"    ours over HTTP:        {ours:8.0f} jobs/s")
-    print(f"    bare SKIP LOCKED loop: {bare:8.0f} jobs/s")
-    print(f"    ratio ours / bare:     {ours / bare:8.2f}   (target >= 0.25)")
+    print(f"    ours, fast path (2 requests):  {ours:8.0f} jobs/s")
+    print(f"    ours, lease + start + result:  {three:8.0f} jobs/s")
+    print(f"    bare SKIP LOCKED loop:         {bare:8.0f} jobs/s")
+    print(f"    ratio fast path / bare:        {ours / bare:8.2f}   (target >= 0.25)")
+    print(f"    ratio three requests / bare:   {three / bare:8.2f}")
     print(f"(b) enqueue-to-agent latency, idle long-polling agent, {len(latencies)} samples:")
     p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
     print(f"    p50 {p50:.1f} ms   p99 {p99:.1f} ms   (target p50 <= 10 ms)")
