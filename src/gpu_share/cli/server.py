@@ -88,7 +88,11 @@ def _print_admin_key(key: str) -> None:
 
 def listen_on(host: str, port: int) -> socket.socket:
     """The server's socket, bound; `CannotListen` says why not in one line."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on accepted sockets whose
+    # protocol says TCP. Without it every keep-alive answer written in two pieces waited
+    # for the client's delayed ACK (~40 ms a request).
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
