@@ -11,8 +11,7 @@ import pytest
 
 from gpu_share.agent.runtimes import catboost as runtime
 from gpu_share.agent.runtimes.catboost_config import parse_train_config
-from gpu_share.agent.runtimes.jobspec import JobFailure
-from gpu_share.protocol.errors import ErrorCode
+from gpu_share.agent.runtimes.runner import FailureCode, JobFailure
 from tests.agent.runtimes.test_catboost import diabetes, npz_bytes, run_in_process
 
 FOUR_GPUS = "GPU-aaaa,GPU-bbbb,GPU-cccc,GPU-dddd"
@@ -37,7 +36,7 @@ def test_no_gpu_seen_or_given_is_a_runtime_error_not_a_cpu_training(
 ) -> None:
     with pytest.raises(JobFailure) as failed:
         runtime.gpu_params(seen, visible)
-    assert failed.value.code is ErrorCode.RUNTIME_ERROR
+    assert failed.value.code is FailureCode.RUNTIME_ERROR
 
 
 def test_a_tenants_devices_are_set_aside_not_refused() -> None:
@@ -80,7 +79,7 @@ def test_the_parameters_catboost_gets_name_the_jobs_gpus_and_the_log_says_what_w
 
     def catch(catboost: Any, config: Any, params: dict[str, Any], *args: Any) -> Any:
         given.update(params)
-        raise JobFailure(ErrorCode.RUNTIME_ERROR, "caught before training")
+        raise JobFailure(FailureCode.RUNTIME_ERROR, "caught before training")
 
     monkeypatch.setattr(runtime, "_check_params", no_check)
     monkeypatch.setattr(runtime, "_fit", catch)

@@ -20,14 +20,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gpu_share.agent.runtimes.jobspec import (
-    JobSpec,
-    RuntimeResult,
-    read_result,
-    write_result,
-    write_spec,
-)
+from gpu_share.agent.runtimes.jobspec import JobSpec, RuntimeResult, read_result, write_spec
 from gpu_share.agent.runtimes.npz import load_npz
+from gpu_share.agent.runtimes.runner import FailureCode, Result, write_result
 from gpu_share.examples import DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.runtimes import RuntimeName
@@ -455,8 +450,10 @@ def test_result_round_trips_and_a_missing_or_invalid_one_reads_as_none(tmp_path:
     assert JobSpec.model_validate_json(write_spec(tmp_path, spec).read_text()) == spec
     assert read_result(tmp_path / spec.result_path) is None
 
-    failure = RuntimeResult.failure(ErrorCode.INVALID_INPUTS, "input x: expected float32[?,3]")
-    assert read_result(write_result(tmp_path / spec.outputs_dir, failure)) == failure
+    failure = Result.failure(FailureCode.INVALID_INPUTS, "input x: expected float32[?,3]")
+    assert read_result(write_result(tmp_path / spec.outputs_dir, failure)) == (
+        RuntimeResult.failure(ErrorCode.INVALID_INPUTS, "input x: expected float32[?,3]")
+    )
 
     (tmp_path / spec.result_path).write_text('{"ok": true}')  # success without outputs
     assert read_result(tmp_path / spec.result_path) is None

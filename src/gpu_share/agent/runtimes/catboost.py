@@ -48,20 +48,20 @@ from gpu_share.agent.runtimes.catboost_config import (
 )
 from gpu_share.agent.runtimes.catboost_data import Split, TrainingData, training_data
 from gpu_share.agent.runtimes.catboost_report import catboost_message, training_outputs
-from gpu_share.agent.runtimes.jobspec import (
+from gpu_share.agent.runtimes.npz import Array, NpzError, NpzTooLarge, load_npz, save_npz
+from gpu_share.agent.runtimes.runner import (
+    FailureCode,
     JobFailure,
-    JobSpec,
-    RuntimeMetrics,
-    RuntimeResult,
+    Metrics,
+    Result,
+    Runtime,
+    Spec,
     log,
     memory_failure,
     memory_limit,
     peak_rss_bytes,
     run_runtime,
 )
-from gpu_share.agent.runtimes.npz import Array, NpzError, NpzTooLarge, load_npz, save_npz
-from gpu_share.protocol.errors import ErrorCode
-from gpu_share.protocol.runtimes import RuntimeName
 
 OUTPUTS_FILENAME = "outputs.npz"
 SCRATCH_DIR = "tmp/catboost"  # CatBoost's train_dir: it writes snapshots only with one
@@ -159,11 +159,11 @@ class TrainingLog:
         sys.stderr.flush()
 
 
-def run_catboost(spec: JobSpec) -> RuntimeResult:
+def run_catboost(spec: Spec) -> Result:
     started = time.perf_counter()
-    if spec.runtime not in (RuntimeName.CATBOOST_CPU, RuntimeName.CATBOOST_CUDA):
+    if spec.runtime not in (Runtime.CATBOOST_CPU, Runtime.CATBOOST_CUDA):
         raise JobFailure(
-            ErrorCode.INVALID_CONFIG, f"the catboost runtime cannot run {spec.runtime}"
+            FailureCode.INVALID_CONFIG, f"the catboost runtime cannot run {spec.runtime}"
         )
     options = _options(spec)
     threads = spec.threads or _cpu_share()
@@ -235,11 +235,11 @@ def run_catboost(spec: JobSpec) -> RuntimeResult:
         f"trained {report['iterations']} trees in {compute_ms} ms on {report['device']}; wrote "
         f"{outputs_path} ({outputs_path.stat().st_size} bytes: {', '.join(outputs)})"
     )
-    return RuntimeResult(
+    return Result(
         ok=True,
         outputs=str(outputs_path),
         outputs_format="npz",
-        metrics=RuntimeMetrics(
+        metrics=Metrics(
             device=report["device"],
             load_ms=load_ms,
             compute_ms=compute_ms,
@@ -261,7 +261,7 @@ def run_catboost(spec: JobSpec) -> RuntimeResult:
 # Before training
 
 
-def _options(spec: JobSpec) -> TrainOptions:
+def _options(spec: Spec) -> TrainOptions:
     try:
         return TrainOptions.model_validate(spec.options)
     except ValidationError as exc:
@@ -269,7 +269,7 @@ def _options(spec: JobSpec) -> TrainOptions:
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         )
         raise JobFailure(
-            ErrorCode.INVALID_CONFIG, f"invalid options for the catboost runtime: {problems}"
+            FailureCode.INVALID_CONFIG, f"invalid options for the catboost runtime: {problems}"
         ) from exc
 
 
@@ -282,24 +282,24 @@ def _cpu_share() -> int:
 
 def _read_config(path: Path) -> TrainConfig:
     if not path.is_file():
-        raise JobFailure(ErrorCode.INVALID_CONFIG, f"the train config file {path} is missing")
+        raise JobFailure(FailureCode.INVALID_CONFIG, f"the train config file {path} is missing")
     return parse_train_config(path.read_bytes())
 
 
 def _read_inputs(inputs: str | None, max_bytes: int | None) -> dict[str, Array]:
     if inputs is None:
         raise JobFailure(
-            ErrorCode.INVALID_INPUTS,
+            FailureCode.INVALID_INPUTS,
             "CatBoost training needs inputs_url: an NPZ holding X (or one array per feature) and y",
         )
     path = Path(inputs)
     if not path.is_file():
-        raise JobFailure(ErrorCode.INVALID_CONFIG, f"the inputs file {path} is missing")
+        raise JobFailure(FailureCode.INVALID_CONFIG, f"the inputs file {path} is missing")
     with path.open("rb") as file:
         head = file.read(64).lstrip()
     if head.startswith((b"{", b"[")):
         raise JobFailure(
-            ErrorCode.INVALID_INPUTS,
+            FailureCode.INVALID_INPUTS,
             "inputs_url did not point to an NPZ file: it is JSON (a train config?); did you "
             "swap model_url and inputs_url? inputs_url takes the NPZ of X and y, model_url "
             "the JSON train config",
@@ -307,13 +307,13 @@ def _read_inputs(inputs: str | None, max_bytes: int | None) -> dict[str, Array]:
     try:
         return load_npz(path, max_bytes=max_bytes)
     except NpzTooLarge as exc:
-        raise JobFailure(ErrorCode.RESOURCE_LIMIT, f"inputs_url: {exc}") from exc
+        raise JobFailure(FailureCode.RESOURCE_LIMIT, f"inputs_url: {exc}") from exc
     except NpzError as exc:
-        raise JobFailure(ErrorCode.INVALID_INPUTS, f"inputs_url: {exc}") from exc
+        raise JobFailure(FailureCode.INVALID_INPUTS, f"inputs_url: {exc}") from exc
 
 
-def _device(spec: JobSpec) -> tuple[str, dict[str, Any]]:
-    if spec.runtime == RuntimeName.CATBOOST_CPU:
+def _device(spec: Spec) -> tuple[str, dict[str, Any]]:
+    if spec.runtime == Runtime.CATBOOST_CPU:
         return "cpu", {"task_type": "CPU"}
     from catboost.utils import get_gpu_device_count
 
@@ -330,7 +330,7 @@ def gpu_params(seen: int, visible: str | None) -> dict[str, Any]:
     assigned = seen if visible is None else len([d for d in visible.split(",") if d.strip()])
     if seen == 0 or assigned == 0:
         raise JobFailure(
-            ErrorCode.RUNTIME_ERROR,
+            FailureCode.RUNTIME_ERROR,
             "CUDA is not available to CatBoost on this node (it sees no GPU"
             + (", and none is assigned to the job" if assigned == 0 else "")
             + "); run the job as catboost_cpu or on a node that offers catboost_cuda",
@@ -360,7 +360,8 @@ def _check_params(estimator: Any, params: dict[str, Any], task: str, data: Train
         _check_train_params(_params_type_cast(canonical))
     except CatBoostError as exc:
         raise JobFailure(
-            ErrorCode.INVALID_CONFIG, f"CatBoost refused the train config: {catboost_message(exc)}"
+            FailureCode.INVALID_CONFIG,
+            f"CatBoost refused the train config: {catboost_message(exc)}",
         ) from exc
     except (ImportError, AttributeError, TypeError):
         return
@@ -401,7 +402,7 @@ def _pool(catboost: Any, split: Split, data: TrainingData, name: str) -> Any:
         )
     except catboost.CatBoostError as exc:
         raise JobFailure(
-            ErrorCode.INVALID_INPUTS, f"CatBoost could not read {name}: {catboost_message(exc)}"
+            FailureCode.INVALID_INPUTS, f"CatBoost could not read {name}: {catboost_message(exc)}"
         ) from exc
 
 
@@ -460,15 +461,15 @@ def _training_failure(message: str, *, started: bool) -> JobFailure:
             "border_count, or a node with more memory"
         )
         if "cuda" in lowered:  # the GPU's memory, not the job's limit
-            return JobFailure(ErrorCode.OUT_OF_MEMORY, detail)
+            return JobFailure(FailureCode.OUT_OF_MEMORY, detail)
         return memory_failure(detail)
     if not started and PARAM_NAMES.search(message):
-        return JobFailure(ErrorCode.INVALID_CONFIG, f"CatBoost refused the config: {message}")
+        return JobFailure(FailureCode.INVALID_CONFIG, f"CatBoost refused the config: {message}")
     if not started and any(word in lowered for word in DATA_WORDS):
-        return JobFailure(ErrorCode.INVALID_INPUTS, f"CatBoost refused the data: {message}")
+        return JobFailure(FailureCode.INVALID_INPUTS, f"CatBoost refused the data: {message}")
     if not started:
-        return JobFailure(ErrorCode.INVALID_CONFIG, f"CatBoost refused the training: {message}")
-    return JobFailure(ErrorCode.RUNTIME_ERROR, f"CatBoost failed while training: {message}")
+        return JobFailure(FailureCode.INVALID_CONFIG, f"CatBoost refused the training: {message}")
+    return JobFailure(FailureCode.RUNTIME_ERROR, f"CatBoost failed while training: {message}")
 
 
 def _ms_since(started: float) -> int:

@@ -24,8 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from gpu_share.agent.runtimes.jobspec import JobFailure
-from gpu_share.protocol.errors import ErrorCode
+from gpu_share.agent.runtimes.runner import FailureCode, JobFailure
 
 Task = Literal["classification", "regression", "ranking"]
 OutputKind = Literal["cbm", "onnx", "json"]
@@ -225,7 +224,7 @@ class TrainConfig(BaseModel):
         threads = params.pop("thread_count", -1)
         if threads > thread_share:
             raise JobFailure(
-                ErrorCode.INVALID_CONFIG,
+                FailureCode.INVALID_CONFIG,
                 f"train config: thread_count {threads} is above this job's share of "
                 f"{thread_share} CPU threads; lower it or leave it out to use the whole share",
             )
@@ -261,7 +260,7 @@ def parse_train_config(data: bytes) -> TrainConfig:
         return TrainConfig.model_validate(raw)
     except ValidationError as exc:
         raise JobFailure(
-            ErrorCode.INVALID_CONFIG, _clip(f"train config: {_problems(exc)}")
+            FailureCode.INVALID_CONFIG, _clip(f"train config: {_problems(exc)}")
         ) from exc
 
 
@@ -281,7 +280,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
 
 def _too_deep() -> JobFailure:
     return JobFailure(
-        ErrorCode.INVALID_CONFIG,
+        FailureCode.INVALID_CONFIG,
         f"train config: lists and objects nest more than {MAX_DEPTH} levels deep; CatBoost "
         'parameters are flat, e.g. {"task": "regression", "iterations": 500}',
     )
@@ -289,7 +288,7 @@ def _too_deep() -> JobFailure:
 
 def _not_a_config(why: str) -> JobFailure:
     return JobFailure(
-        ErrorCode.INVALID_CONFIG,
+        FailureCode.INVALID_CONFIG,
         f"model_url did not point to a JSON train config: {why.rstrip('.')}"
         f"{'' if why.endswith('?') else '.'} A CatBoost job takes the "
         'train config as model_url (e.g. {"task": "regression", "iterations": 500}) and '

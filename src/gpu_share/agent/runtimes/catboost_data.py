@@ -30,9 +30,8 @@ from typing import Any
 import numpy as np
 
 from gpu_share.agent.runtimes.catboost_config import TrainConfig
-from gpu_share.agent.runtimes.jobspec import JobFailure
 from gpu_share.agent.runtimes.npz import Array, describe
-from gpu_share.protocol.errors import ErrorCode
+from gpu_share.agent.runtimes.runner import FailureCode, JobFailure
 
 EVAL_PREFIX = "X_eval/"
 TARGETS = ("y", "y_eval", "group_id", "group_id_eval", "weight", "weight_eval")
@@ -96,7 +95,7 @@ class _Table:
 
 
 def _bad(message: str) -> JobFailure:
-    return JobFailure(ErrorCode.INVALID_INPUTS, message)
+    return JobFailure(FailureCode.INVALID_INPUTS, message)
 
 
 def training_data(arrays: dict[str, Array], config: TrainConfig) -> TrainingData:
@@ -245,7 +244,7 @@ def _cat_indices(config: TrainConfig, names: list[str] | None, width: int) -> li
             indices.append(item)
         elif names is None:
             raise JobFailure(
-                ErrorCode.INVALID_CONFIG,
+                FailureCode.INVALID_CONFIG,
                 f'cat_features names a feature ("{item}") but the features have no names: '
                 "give feature_names, or list column indices",
             )
@@ -254,7 +253,7 @@ def _cat_indices(config: TrainConfig, names: list[str] | None, width: int) -> li
         else:
             indices.append(names.index(item))
     if len(set(indices)) != len(indices):
-        raise JobFailure(ErrorCode.INVALID_CONFIG, "cat_features lists a column twice")
+        raise JobFailure(FailureCode.INVALID_CONFIG, "cat_features lists a column twice")
     return sorted(indices)
 
 
@@ -420,7 +419,7 @@ def _eval_split(
         return None, None
     if config.eval_fraction is not None:
         raise JobFailure(
-            ErrorCode.INVALID_CONFIG,
+            FailureCode.INVALID_CONFIG,
             "eval_fraction is set but the inputs hold an eval set (X_eval); remove one of them",
         )
     if "y_eval" not in arrays:

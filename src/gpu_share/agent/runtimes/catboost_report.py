@@ -21,8 +21,8 @@ import numpy as np
 
 from gpu_share.agent.runtimes.catboost_config import TrainConfig
 from gpu_share.agent.runtimes.catboost_data import TrainingData
-from gpu_share.agent.runtimes.jobspec import log
 from gpu_share.agent.runtimes.npz import Array
+from gpu_share.agent.runtimes.runner import log
 
 FEATURE_IMPORTANCE_TYPE = "PredictionValuesChange"  # needs no data, works for every task
 INTERNAL_PARAMS = {"train_dir", "save_snapshot", "snapshot_file", "snapshot_interval"}

@@ -26,7 +26,7 @@ from typing import IO, BinaryIO
 import numpy as np
 import numpy.typing as npt
 
-from gpu_share.agent import failures
+from gpu_share.agent.runtimes import limit_messages
 
 Array = npt.NDArray[np.generic]
 
@@ -114,7 +114,9 @@ def load_npz(path: Path | BinaryIO, *, max_bytes: int | None = None) -> dict[str
             if max_bytes is not None and total > max_bytes:
                 largest = sorted(members, key=lambda m: m.data_bytes, reverse=True)[:3]
                 listing = ", ".join(f'"{m.name}": {m.describe()}' for m in largest)
-                raise NpzTooLarge(f"{failures.inputs_too_large(total, max_bytes)} ({listing})")
+                raise NpzTooLarge(
+                    f"{limit_messages.inputs_too_large(total, max_bytes)} ({listing})"
+                )
             arrays: dict[str, Array] = {}
             for member in members:
                 with archive.open(member.info) as stream:

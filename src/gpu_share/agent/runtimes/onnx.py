@@ -20,17 +20,6 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
-from gpu_share.agent.runtimes.jobspec import (
-    JobFailure,
-    JobSpec,
-    RuntimeMetrics,
-    RuntimeResult,
-    log,
-    memory_failure,
-    memory_limit,
-    peak_rss_bytes,
-    run_runtime,
-)
 from gpu_share.agent.runtimes.npz import (
     Array,
     NpzError,
@@ -39,8 +28,19 @@ from gpu_share.agent.runtimes.npz import (
     load_npz,
     save_npz,
 )
-from gpu_share.protocol.errors import ErrorCode
-from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.agent.runtimes.runner import (
+    FailureCode,
+    JobFailure,
+    Metrics,
+    Result,
+    Runtime,
+    Spec,
+    log,
+    memory_failure,
+    memory_limit,
+    peak_rss_bytes,
+    run_runtime,
+)
 
 OUTPUTS_FILENAME = "outputs.npz"
 CUDA_PROVIDER = "CUDAExecutionProvider"
@@ -75,9 +75,9 @@ OPTIMIZATION_LEVELS = {
 SUPPORTED_OPTIONS = {"graph_optimization_level"}
 
 
-def run_onnx(spec: JobSpec) -> RuntimeResult:
-    if spec.runtime not in (RuntimeName.ONNX_CPU, RuntimeName.ONNX_CUDA):
-        raise JobFailure(ErrorCode.INVALID_CONFIG, f"the onnx runtime cannot run {spec.runtime}")
+def run_onnx(spec: Spec) -> Result:
+    if spec.runtime not in (Runtime.ONNX_CPU, Runtime.ONNX_CUDA):
+        raise JobFailure(FailureCode.INVALID_CONFIG, f"the onnx runtime cannot run {spec.runtime}")
     session, load_ms = open_session(spec)
     provider = session.get_providers()[0]
     log(
@@ -108,11 +108,11 @@ def run_onnx(spec: JobSpec) -> RuntimeResult:
     log(f"wrote {outputs_path} ({outputs_path.stat().st_size} bytes): {_feeds_summary(outputs)}")
 
     device = "cuda" if provider == CUDA_PROVIDER else "cpu"
-    return RuntimeResult(
+    return Result(
         ok=True,
         outputs=str(outputs_path),
         outputs_format="npz",
-        metrics=RuntimeMetrics(
+        metrics=Metrics(
             device=device,
             execution_provider=provider,
             gpu_model=_gpu_model() if device == "cuda" else None,
@@ -126,11 +126,11 @@ def run_onnx(spec: JobSpec) -> RuntimeResult:
 # Loading
 
 
-def _session_options(spec: JobSpec) -> Any:
+def _session_options(spec: Spec) -> Any:
     unknown = set(spec.options) - SUPPORTED_OPTIONS
     if unknown:
         raise JobFailure(
-            ErrorCode.INVALID_CONFIG,
+            FailureCode.INVALID_CONFIG,
             f"unknown option(s) for the onnx runtime: {', '.join(sorted(unknown))}; "
             f"supported: {', '.join(sorted(SUPPORTED_OPTIONS))}",
         )
@@ -142,7 +142,7 @@ def _session_options(spec: JobSpec) -> Any:
     if level is not None:
         if level not in OPTIMIZATION_LEVELS:
             raise JobFailure(
-                ErrorCode.INVALID_CONFIG,
+                FailureCode.INVALID_CONFIG,
                 f"graph_optimization_level must be one of {', '.join(OPTIMIZATION_LEVELS)}, "
                 f"not {level!r}",
             )
@@ -152,12 +152,12 @@ def _session_options(spec: JobSpec) -> Any:
     return options
 
 
-def open_session(spec: JobSpec) -> tuple[Any, int]:
+def open_session(spec: Spec) -> tuple[Any, int]:
     model = Path(spec.model)
     if not model.is_file():
-        raise JobFailure(ErrorCode.INVALID_CONFIG, f"the model file {model} is missing")
+        raise JobFailure(FailureCode.INVALID_CONFIG, f"the model file {model} is missing")
     options = _session_options(spec)
-    wants_cuda = spec.runtime == RuntimeName.ONNX_CUDA
+    wants_cuda = spec.runtime == Runtime.ONNX_CUDA
     providers = [CUDA_PROVIDER, CPU_PROVIDER] if wants_cuda else [CPU_PROVIDER]
     ort.set_default_logger_severity(3)
     started = time.perf_counter()
@@ -182,7 +182,7 @@ def open_session(spec: JobSpec) -> tuple[Any, int]:
                 "CUDA execution provider is not available on this node "
                 f"(onnxruntime {ort.__version__} providers: {', '.join(available)})"
             )
-        raise JobFailure(ErrorCode.RUNTIME_ERROR, reason)
+        raise JobFailure(FailureCode.RUNTIME_ERROR, reason)
     return session, load_ms
 
 
@@ -192,12 +192,12 @@ def _loading_failure(exc: BaseException, model: Path) -> JobFailure:
         return _memory_failure(exc, f"out of memory loading the model: {message}")
     if isinstance(exc, ort_errors.NotImplemented):
         return JobFailure(
-            ErrorCode.INVALID_MODEL,
+            FailureCode.INVALID_MODEL,
             f"the model uses an operator or type that onnxruntime {ort.__version__} "
             f"on this node cannot run: {message}",
         )
     return JobFailure(
-        ErrorCode.INVALID_MODEL,
+        FailureCode.INVALID_MODEL,
         f"model_url did not point to a valid ONNX model: {message}{_file_hint(model)}",
     )
 
@@ -226,13 +226,13 @@ def _file_hint(model: Path) -> str:
 
 def _load_inputs(path: Path, max_bytes: int | None) -> dict[str, Array]:
     if not path.is_file():
-        raise JobFailure(ErrorCode.INVALID_CONFIG, f"the inputs file {path} is missing")
+        raise JobFailure(FailureCode.INVALID_CONFIG, f"the inputs file {path} is missing")
     try:
         return load_npz(path, max_bytes=max_bytes)
     except NpzTooLarge as exc:
-        raise JobFailure(ErrorCode.RESOURCE_LIMIT, str(exc)) from exc
+        raise JobFailure(FailureCode.RESOURCE_LIMIT, str(exc)) from exc
     except NpzError as exc:
-        raise JobFailure(ErrorCode.INVALID_INPUTS, str(exc)) from exc
+        raise JobFailure(FailureCode.INVALID_INPUTS, str(exc)) from exc
 
 
 def feeds_from_arrays(session: Any, arrays: dict[str, Array]) -> dict[str, Array]:
@@ -244,7 +244,7 @@ def feeds_from_arrays(session: Any, arrays: dict[str, Array]) -> dict[str, Array
     if list(arrays) == [UNNAMED_ARRAY] and UNNAMED_ARRAY not in taken:
         if len(required) != 1:
             raise JobFailure(
-                ErrorCode.INVALID_INPUTS,
+                FailureCode.INVALID_INPUTS,
                 f"the inputs NPZ holds one unnamed array ({UNNAMED_ARRAY}) but the model takes "
                 f"{len(required)} inputs: {expected}; save each under its input name, e.g. "
                 f"numpy.savez(f, {', '.join(f'{name}=…' for name in required)})",
@@ -260,7 +260,7 @@ def feeds_from_arrays(session: Any, arrays: dict[str, Array]) -> dict[str, Array
         if unexpected:
             problems.append(f"unexpected {_quoted(unexpected)}")
         raise JobFailure(
-            ErrorCode.INVALID_INPUTS,
+            FailureCode.INVALID_INPUTS,
             f"the inputs NPZ does not match the model's inputs ({'; '.join(problems)}): the "
             f"model takes {expected} and the NPZ holds "
             f"{', '.join(f'{name}: {describe(a)}' for name, a in arrays.items()) or 'nothing'}; "
@@ -277,13 +277,13 @@ def _fit_input(node: Any, array: Array) -> Array:
 
     def refuse(why: str = "") -> JobFailure:
         return JobFailure(
-            ErrorCode.INVALID_INPUTS,
+            FailureCode.INVALID_INPUTS,
             f'input "{node.name}": expected {expected}, got {describe(array)}{why}',
         )
 
     if dtype is None:
         raise JobFailure(
-            ErrorCode.INVALID_INPUTS,
+            FailureCode.INVALID_INPUTS,
             f'input "{node.name}" has type {node.type}, which cannot be fed from an NPZ',
         )
     shape: list[int | str | None] = list(node.shape)
@@ -324,7 +324,7 @@ def zero_feeds(session: Any) -> dict[str, Array]:
         dtype = tensor_dtype(node)
         if dtype is None:
             raise JobFailure(
-                ErrorCode.INVALID_INPUTS,
+                FailureCode.INVALID_INPUTS,
                 f'input "{node.name}" has type {node.type}, which cannot be zero-filled; '
                 "provide inputs_url",
             )
@@ -350,10 +350,10 @@ def run_model(session: Any, feeds: dict[str, Array]) -> list[Any]:
             ) from exc
         if isinstance(exc, ort_errors.InvalidArgument):
             raise JobFailure(
-                ErrorCode.INVALID_INPUTS, f"onnxruntime refused the inputs: {message}"
+                FailureCode.INVALID_INPUTS, f"onnxruntime refused the inputs: {message}"
             ) from exc
         raise JobFailure(
-            ErrorCode.RUNTIME_ERROR, f"the model failed while running: {message}"
+            FailureCode.RUNTIME_ERROR, f"the model failed while running: {message}"
         ) from exc
     return values
 
@@ -378,7 +378,7 @@ def output_array(name: str, value: Any) -> Array:
         return _numeric(value)
     except (ValueError, TypeError) as exc:
         raise JobFailure(
-            ErrorCode.INVALID_MODEL,
+            FailureCode.INVALID_MODEL,
             f'output "{name}" ({type(value).__name__}) cannot be stored as an NPZ array: {exc}; '
             "export the model with tensor outputs (for skl2onnx classifiers: "
             "options={id(model): {'zipmap': False}})",
@@ -443,7 +443,7 @@ def _is_out_of_memory(exc: BaseException) -> bool:
 def _memory_failure(exc: BaseException, message: str) -> JobFailure:
     """GPU memory ran out (OUT_OF_MEMORY), or host memory: the job's limit where it has one."""
     if "cuda" in str(exc).lower():
-        return JobFailure(ErrorCode.OUT_OF_MEMORY, message)
+        return JobFailure(FailureCode.OUT_OF_MEMORY, message)
     return memory_failure(message)
 
 

@@ -2,15 +2,18 @@
 
 Loads the model once (one InferenceSession for the session's life), then listens on
 the unix socket `session.sock` in its working directory for the agent. Requests
-and answers are frames (`gpu_share.protocol.sessions.pack`) prefixed by their 4-byte
-length; requests run in a thread pool of `max_concurrency`, so forwards pipeline
-rather than queue behind one another (onnxruntime's `run` is thread-safe). A bad
-request answers an error and leaves the session usable. A loading failure is
-reported in `out/result.json`, like a one-shot job.
+and answers are frames (`gpu_share.protocol.sessions.pack`: the header's length,
+the JSON header, the payload) prefixed by their 4-byte length; they are packed here
+with `json`, so that the process does not import the protocol's pydantic models.
+Requests run in a thread pool of `max_concurrency`, so forwards pipeline rather than
+queue behind one another (onnxruntime's `run` is thread-safe). A bad request answers
+an error and leaves the session usable. A loading failure is reported in
+`out/result.json`, like a one-shot job.
 """
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -23,15 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from gpu_share.agent.runtimes.jobspec import (
-    JobFailure,
-    JobSpec,
-    RuntimeFailure,
-    RuntimeResult,
-    log,
-    read_spec,
-    write_result,
-)
 from gpu_share.agent.runtimes.npz import NpzError, load_npz_bytes, save_npz_bytes
 from gpu_share.agent.runtimes.onnx import (
     CUDA_PROVIDER,
@@ -42,8 +36,15 @@ from gpu_share.agent.runtimes.onnx import (
     run_model,
     tensor_dtype,
 )
-from gpu_share.protocol.errors import ErrorCode
-from gpu_share.protocol.sessions import ForwardHeader, SessionError, pack, unpack
+from gpu_share.agent.runtimes.runner import (
+    FailureCode,
+    JobFailure,
+    Result,
+    Spec,
+    log,
+    read_spec,
+    write_result,
+)
 
 SOCKET_NAME = "session.sock"
 MAX_FRAME = 1 << 30
@@ -52,10 +53,30 @@ MAX_FRAME = 1 << 30
 MAX_ERROR_CHARS = 2000
 
 
-def session_error(code: str, message: str) -> SessionError:
+def session_error(code: str, message: str) -> dict[str, str]:
+    """A `SessionError` of the protocol."""
     if len(message) > MAX_ERROR_CHARS:
         message = message[: MAX_ERROR_CHARS - 1] + "…"
-    return SessionError(code=code, message=message)
+    return {"code": code, "message": message}
+
+
+def pack(header: dict[str, Any], payload: bytes = b"") -> bytes:
+    """`gpu_share.protocol.sessions.pack` of a header given as its JSON fields."""
+    head = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    return struct.pack(">I", len(head)) + head + payload
+
+
+def unpack(frame: bytes) -> tuple[dict[str, Any], bytes]:
+    """`gpu_share.protocol.sessions.unpack`: the header as a dict, and the payload."""
+    if len(frame) < 4:
+        raise ValueError("frame too short")
+    (length,) = struct.unpack(">I", frame[:4])
+    if length > len(frame) - 4:
+        raise ValueError("frame header longer than the frame")
+    header = json.loads(frame[4 : 4 + length])
+    if not isinstance(header, dict):
+        raise ValueError("frame header is not an object")
+    return header, frame[4 + length :]
 
 
 def listen_unix(path: str) -> socket.socket:
@@ -97,12 +118,12 @@ class ModelServer:
             body = json.loads(payload)
         except ValueError as exc:
             raise JobFailure(
-                ErrorCode.INVALID_INPUTS, f"the body is not valid JSON: {exc}"
+                FailureCode.INVALID_INPUTS, f"the body is not valid JSON: {exc}"
             ) from exc
         inputs = body.get("inputs") if isinstance(body, dict) else None
         if not isinstance(inputs, dict):
             raise JobFailure(
-                ErrorCode.INVALID_INPUTS,
+                FailureCode.INVALID_INPUTS,
                 'the JSON body must be {"inputs": {"<input name>": nested list, …}}',
             )
         arrays = {}
@@ -114,7 +135,7 @@ class ModelServer:
             except (TypeError, ValueError) as exc:
                 wanted = node_type(node) if node is not None else "tensor"
                 raise JobFailure(
-                    ErrorCode.INVALID_INPUTS, f'input "{name}": cannot read it as {wanted}: {exc}'
+                    FailureCode.INVALID_INPUTS, f'input "{name}": cannot read it as {wanted}: {exc}'
                 ) from exc
         return arrays
 
@@ -125,13 +146,13 @@ class ModelServer:
             try:
                 arrays = load_npz_bytes(payload)
             except NpzError as exc:
-                raise JobFailure(ErrorCode.INVALID_INPUTS, str(exc)) from exc
+                raise JobFailure(FailureCode.INVALID_INPUTS, str(exc)) from exc
         feeds = feeds_from_arrays(self.session, arrays)
         if self.max_batch is not None:
             for name, array in feeds.items():
                 if array.ndim and array.shape[0] > self.max_batch:
                     raise JobFailure(
-                        ErrorCode.INVALID_INPUTS,
+                        FailureCode.INVALID_INPUTS,
                         f'input "{name}" has a batch of {array.shape[0]}; '
                         f"this session allows at most max_batch={self.max_batch}",
                     )
@@ -146,22 +167,24 @@ class ModelServer:
 
     async def handle(self, header: dict[str, Any], payload: bytes) -> bytes:
         fmt = "json" if header.get("format") == "json" else "npz"
-        answer = ForwardHeader(
-            type="result",
-            request_id=int(header.get("request_id", 0)),
-            session_id=str(header.get("session_id", "")),
-            format=fmt,
-        )
+        # A `ForwardHeader` of the protocol, in its field order.
+        answer: dict[str, Any] = {
+            "type": "result",
+            "request_id": int(header.get("request_id", 0)),
+            "session_id": str(header.get("session_id", "")),
+            "format": fmt,
+            "ok": True,
+        }
         try:
             loop = asyncio.get_running_loop()
             body = await loop.run_in_executor(self.pool, self.forward, fmt, payload)
         except JobFailure as failure:
-            answer.ok = False
-            answer.error = session_error(str(failure.code), failure.message)
+            answer["ok"] = False
+            answer["error"] = session_error(failure.code.value, failure.message)
             body = b""
         except Exception as exc:  # keep serving whatever one request did
-            answer.ok = False
-            answer.error = session_error(ErrorCode.RUNTIME_ERROR, str(exc))
+            answer["ok"] = False
+            answer["error"] = session_error(FailureCode.RUNTIME_ERROR.value, str(exc))
             body = b""
         return pack(answer, body)
 
@@ -207,22 +230,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m gpu_share.agent.runtimes.onnx_session spec.json", file=sys.stderr)
         return 2
-    spec: JobSpec | None = None
+    spec: Spec | None = None
     try:
         spec = read_spec(Path(args[0]))
         options = dict(spec.options)
         max_batch = options.pop("max_batch", None)
         max_concurrency = int(options.pop("max_concurrency", 4))
-        spec = spec.model_copy(update={"options": options})
+        spec = dataclasses.replace(spec, options=options)
         session, load_ms = open_session(spec)
     except JobFailure as failure:
         outputs_dir = spec.outputs_dir if spec is not None else "out"
-        write_result(
-            outputs_dir,
-            RuntimeResult(
-                ok=False, error=RuntimeFailure(code=failure.code, message=failure.message)
-            ),
-        )
+        write_result(outputs_dir, Result.failure(failure.code, failure.message))
         return 0
     provider = session.get_providers()[0]
     (Path(spec.outputs_dir) / "session.json").write_text(
