@@ -14,7 +14,7 @@ from gpu_share.cli.main import main
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import ProviderHandle, TenantHandle
 from gpu_share.testing.servers import serve
-from gpu_share.testing.simulated_agent import AgentFactory, SimulatedAgent
+from gpu_share.testing.simulated_agent import AgentFactory
 from tests.coordinator.test_reservations import MODEL, gpu_node, top_up
 
 
@@ -31,10 +31,12 @@ async def node(
     tenant: TenantHandle,
     provider: ProviderHandle,
     sim_agent: AgentFactory,
-) -> SimulatedAgent:
+) -> str:
+    """The id of a registered node with 2 GPUs, the tenant topped up."""
     agent = await gpu_node(sim_agent, app, provider, count=2)
     await top_up(client, tenant, "20")
-    return agent
+    assert agent.node_id is not None
+    return agent.node_id
 
 
 @pytest.fixture
@@ -54,18 +56,18 @@ async def gpu_share(
 
 
 async def test_quote_create_list_show_and_cancel(
-    node: SimulatedAgent,
+    node: str,
     base_url: str,
     tenant: TenantHandle,
     clock: FrozenClock,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     later = (clock.now() + timedelta(hours=1)).replace(second=0)
-    request = ("--node", node.node_id, "--gpus", "2", "--start", later.isoformat(), "--hours", "3")
+    request = ("--node", node, "--gpus", "2", "--start", later.isoformat(), "--hours", "3")
 
     code, out, _ = await gpu_share(capsys, base_url, tenant.key, "quote", *request)
     assert code == 0, out
-    assert f"node:     {node.node_id} (2 x {MODEL})" in out
+    assert f"node:     {node} (2 x {MODEL})" in out
     assert "(3 h)" in out and "2 USDC/GPU-hour, 4 USDC/hour" in out
     assert "cost:     12 USDC" in out and "20 USDC available: covered" in out
 
@@ -77,7 +79,7 @@ async def test_quote_create_list_show_and_cancel(
     code, out, _ = await gpu_share(capsys, base_url, tenant.key, "list")
     header, row = out.splitlines()
     assert header.split()[:4] == ["RESERVATION", "STATUS", "NODE", "GPUS"]
-    assert row.split()[:4] == [made["id"], "pending", node.node_id, "2"]
+    assert row.split()[:4] == [made["id"], "pending", node, "2"]
 
     code, out, _ = await gpu_share(capsys, base_url, tenant.key, "show", made["id"])
     assert code == 0 and out.startswith(f"{made['id']}  pending\n")
@@ -92,25 +94,25 @@ async def test_quote_create_list_show_and_cancel(
 
 
 async def test_bad_or_overlapping_requests_and_anothers_reservation_exit_non_zero(
-    node: SimulatedAgent,
+    node: str,
     base_url: str,
     tenant: TenantHandle,
     other_tenant: TenantHandle,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, _, err = await gpu_share(
-        capsys, base_url, tenant.key, "create", "--node", node.node_id, "--hours", "0"
+        capsys, base_url, tenant.key, "create", "--node", node, "--hours", "0"
     )
     assert code == 2 and "hours: Input should be greater than or equal to 1" in err
 
     code, out, _ = await gpu_share(
-        capsys, base_url, tenant.key, "create", "--node", node.node_id, "--gpus", "2",
+        capsys, base_url, tenant.key, "create", "--node", node, "--gpus", "2",
         "--hours", "2", "--json",
     )  # fmt: skip
     assert code == 0, out
     mine = json.loads(out)["id"]
     code, _, err = await gpu_share(
-        capsys, base_url, tenant.key, "quote", "--node", node.node_id, "--hours", "1"
+        capsys, base_url, tenant.key, "quote", "--node", node, "--hours", "1"
     )
     assert code == 1
     assert err.startswith("gpu-share: ") and "has its GPUs reserved for part of" in err

@@ -309,4 +309,5 @@ async def test_a_reservation_takes_the_gpus_on_demand_work_is_not_using_first(
     await agent.client.start(job.invoke_id, job.lease_token)
     made = await reserve(client, tenant, node_id=agent.node_id, hours=1, gpus=2)
     assert made.status_code == 201, made.text
+    assert job.gpu_indices is not None
     assert job.gpu_indices[0] not in made.json()["gpu_indices"]

@@ -41,16 +41,18 @@ async def test_quote_reserve_list_get_and_cancel_round_trip(
     clock: FrozenClock,
 ) -> None:
     agent = await gpu_node(sim_agent, app, provider, count=2)
+    node_id = agent.node_id
+    assert node_id is not None
     await top_up(client, tenant, "20")
     later = (clock.now() + timedelta(hours=2)).replace(second=0)
 
-    quoted = await sdk.quote_reservation(node_id=agent.node_id, gpus=2, starts_at=later, hours=3)
+    quoted = await sdk.quote_reservation(node_id=node_id, gpus=2, starts_at=later, hours=3)
     assert isinstance(quoted, ReservationQuote)
-    assert (quoted.node_id, quoted.gpus, quoted.gpu_model) == (agent.node_id, 2, MODEL)
+    assert (quoted.node_id, quoted.gpus, quoted.gpu_model) == (node_id, 2, MODEL)
     assert (quoted.starts_at, quoted.hours, quoted.cost, quoted.covered) == (later, 3, "12", True)
     assert await balances(app, tenant) == (20_000_000, 0)  # a quote holds nothing
 
-    made = await sdk.reserve(node_id=agent.node_id, gpus=2, starts_at=later.isoformat(), hours=3)
+    made = await sdk.reserve(node_id=node_id, gpus=2, starts_at=later.isoformat(), hours=3)
     assert isinstance(made, Reservation)
     assert (made.status, made.cost, sorted(made.gpu_indices)) == (
         ReservationStatus.PENDING,
@@ -79,16 +81,18 @@ async def test_refusals_arrive_as_the_sdk_errors_with_the_servers_message(
     sim_agent: AgentFactory,
 ) -> None:
     agent = await gpu_node(sim_agent, app, provider, count=1)
+    node_id = agent.node_id
+    assert node_id is not None
     await top_up(client, tenant, "20")
     with pytest.raises(ValidationError, match="hours: Input should be greater than") as bad:
-        await sdk.reserve(node_id=agent.node_id, hours=0)
+        await sdk.reserve(node_id=node_id, hours=0)
     assert bad.value.status is None  # checked with the server's model: never sent
     with pytest.raises(ValidationError, match="`hours` or its `ends_at`"):  # the server's
-        await sdk.quote_reservation(node_id=agent.node_id)
+        await sdk.quote_reservation(node_id=node_id)
 
-    made = await sdk.reserve(node_id=agent.node_id, hours=2)
+    made = await sdk.reserve(node_id=node_id, hours=2)
     with pytest.raises(Conflict, match="reserved for part of") as overlapping:
-        await sdk.reserve(node_id=agent.node_id, hours=1)
+        await sdk.reserve(node_id=node_id, hours=1)
     assert overlapping.value.details["constraint"] == "reserved"
     assert [r.id for r in (await sdk.reservations()).items] == [made.id]
 
@@ -112,8 +116,10 @@ async def test_an_invoke_names_the_reservation_it_runs_in(
     sim_agent: AgentFactory,
 ) -> None:
     agent = await gpu_node(sim_agent, app, provider, count=1)
+    node_id = agent.node_id
+    assert node_id is not None
     await top_up(client, tenant, "5")
-    made = await sdk.reserve(node_id=agent.node_id, hours=1)
+    made = await sdk.reserve(node_id=node_id, hours=1)
     queued = await sdk.invoke("onnx_cuda", MNIST, reservation_id=made.id)
     assert (queued.reservation_id, queued.status) == (made.id, InvokeStatus.QUEUED)
     await sdk.cancel_reservation(made.id)
