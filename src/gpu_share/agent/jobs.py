@@ -46,6 +46,7 @@ from gpu_share.agent.sandbox import (
 )
 from gpu_share.agent.sandbox.cgroups import agent_cgroups
 from gpu_share.agent.settings import AgentSettings
+from gpu_share.agent.warm import WarmPool
 from gpu_share.hashing import sha256_file
 from gpu_share.netguard import FetchError, SafeFetcher
 from gpu_share.protocol import agent as wire
@@ -78,6 +79,7 @@ class JobContext:
     threads: int  # per job: the node's cores shared among its slots
     slots: int  # jobs at once on this node
     limits: JobLimits | None = None  # None: the settings' share of the machine per slot
+    warm: WarmPool | None = None  # sandboxes started ahead of their job (`warm.py`)
 
     def __post_init__(self) -> None:
         if self.limits is None:
@@ -419,7 +421,7 @@ class Job:
     ) -> tuple[int | None, str | None, LimitHit | None]:
         """Run until exit, timeout, cancel or drop; returns (exit code, why it was stopped,
         the limit that ended it)."""
-        process = await self.ctx.sandbox.start(spec)
+        process = await self._start_process(spec)
         pump = asyncio.create_task(self._pump(process))
         sampler = asyncio.create_task(self._sample_gpu_memory(process)) if self.gpus else None
         watcher = (
@@ -457,6 +459,16 @@ class Job:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(pump, 5)
         return exit_code, stopped, process.limit_hit
+
+    async def _start_process(self, spec: SandboxSpec) -> SandboxedProcess:
+        """In a warm sandbox if the pool has one that fits the job (its folder then takes the
+        job folder's place), else in a sandbox started now."""
+        if self.ctx.warm is not None and self.checkpoints is None:
+            process = await self.ctx.warm.hand_over(self.lease.runtime, spec)
+            if process is not None:
+                log.info("invoke %s: runs in a warm sandbox", self.invoke_id)
+                return process
+        return await self.ctx.sandbox.start(spec)
 
     async def _pump(self, process: SandboxedProcess) -> None:
         while line := await process.stdout.readline():

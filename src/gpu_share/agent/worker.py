@@ -36,6 +36,7 @@ from gpu_share.agent.jobs import Job, JobContext
 from gpu_share.agent.sandbox import Sandbox, detect_sandbox
 from gpu_share.agent.sessions import SessionHost
 from gpu_share.agent.settings import AgentSettings
+from gpu_share.agent.warm import WarmPool, node_keys
 from gpu_share.backoff import Backoff
 from gpu_share.netguard import SafeFetcher, UrlPolicy
 from gpu_share.protocol import agent as wire
@@ -249,24 +250,41 @@ class Agent:
                 threads,
                 slots=self.slots,
             )
-            beating = asyncio.create_task(self._heartbeats(stop), name="agent:heartbeat")
-            leasing = asyncio.create_task(self._lease_loop(ctx, stop), name="agent:lease")
-            self.session_host = SessionHost(ctx, self.gpus)
-            hosting = asyncio.create_task(self.session_host.run(stop), name="agent:sessions")
-            benchmarking = asyncio.create_task(self._benchmarks(stop), name="agent:benchmarks")
-            self.online.set()
-            await stop.wait()
-            benchmarking.cancel()  # a run in progress is dropped, its child killed
-            with contextlib.suppress(asyncio.CancelledError):
-                await benchmarking
-            await hosting
-            leasing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await leasing
-            await self._drain(drain_timeout)
-            beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beating
+            if self.settings.warm_sandboxes and WarmPool.supports(ctx.sandbox):
+                assert ctx.limits is not None
+                ctx.warm = WarmPool(
+                    ctx.sandbox,
+                    warm_dir=self.settings.warm_dir,
+                    limits=ctx.limits,
+                    threads=threads,
+                    size=self.settings.warm_sandboxes,
+                )
+                ctx.warm.fill(node_keys(self.runtimes, [g.info.uuid for g in self.gpus]))
+            try:
+                await self._serve_with(ctx, stop, drain_timeout)
+            finally:
+                if ctx.warm is not None:
+                    await ctx.warm.close()
+
+    async def _serve_with(self, ctx: JobContext, stop: asyncio.Event, drain_timeout: float) -> None:
+        beating = asyncio.create_task(self._heartbeats(stop), name="agent:heartbeat")
+        leasing = asyncio.create_task(self._lease_loop(ctx, stop), name="agent:lease")
+        self.session_host = SessionHost(ctx, self.gpus)
+        hosting = asyncio.create_task(self.session_host.run(stop), name="agent:sessions")
+        benchmarking = asyncio.create_task(self._benchmarks(stop), name="agent:benchmarks")
+        self.online.set()
+        await stop.wait()
+        benchmarking.cancel()  # a run in progress is dropped, its child killed
+        with contextlib.suppress(asyncio.CancelledError):
+            await benchmarking
+        await hosting
+        leasing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await leasing
+        await self._drain(drain_timeout)
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating
 
     async def _drain(self, timeout: float) -> None:
         if not self._tasks:

@@ -474,7 +474,15 @@ def _gpu_model() -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_runtime(run_onnx, sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if list(argv) == ["--warm"]:  # started ahead of its job (`runtimes/warm.py`)
+        from gpu_share.agent.runtimes import warm
+
+        job = warm.wait_for_job()
+        if job is None:
+            return 0
+        warm.exit_now(run_runtime(run_onnx, job))
+    return run_runtime(run_onnx, argv)
 
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ class BwrapSandbox:
                 spec=spec,
                 env={"PATH": os.environ.get("PATH", os.defpath)},
                 cwd=None,
-                after_exit=functools.partial(strip_setid_bits, spec.job_dir.resolve()),
+                after_exit=strip_setid_bits,
             )
         except SandboxError as exc:
             if f"cannot start {self.executable}" not in str(exc):

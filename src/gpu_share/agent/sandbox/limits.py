@@ -111,16 +111,35 @@ class Confinement:
                 processes=limits.processes,
                 cpus=limits.cpus,
             )
+        self.rlimits = self._rlimits(limits)
+
+    def _rlimits(self, limits: JobLimits) -> dict[str, int]:
         controlled = self.cgroup.controlled if self.cgroup is not None else set()
-        self.rlimits: dict[str, int] = {}
+        rlimits: dict[str, int] = {}
         if limits.open_files is not None:
-            self.rlimits["RLIMIT_NOFILE"] = limits.open_files
+            rlimits["RLIMIT_NOFILE"] = limits.open_files
         if limits.disk_bytes is not None:
-            self.rlimits["RLIMIT_FSIZE"] = limits.disk_bytes
+            rlimits["RLIMIT_FSIZE"] = limits.disk_bytes
         if limits.memory_bytes is not None and "memory" not in controlled:
-            self.rlimits["RLIMIT_DATA"] = limits.memory_bytes
+            rlimits["RLIMIT_DATA"] = limits.memory_bytes
         if limits.cpu_seconds is not None and "cpu" not in controlled:
-            self.rlimits["RLIMIT_CPU"] = limits.cpu_seconds
+            rlimits["RLIMIT_CPU"] = limits.cpu_seconds
+        return rlimits
+
+    def adopt(self, limits: JobLimits) -> dict[str, int]:
+        """A process started ahead of its job (`warm.py`) takes the job's limits: they judge
+        how it ends from now on. Returns the rlimits the process must lower itself to (its
+        supervisor applied the others at the start); raises ValueError for a limit that
+        could only be applied at the start."""
+        wanted = self._rlimits(limits)
+        changed = {name: value for name, value in wanted.items() if self.rlimits.get(name) != value}
+        lifted = self.rlimits.keys() - wanted.keys()
+        raised = [n for n, v in changed.items() if n in self.rlimits and v > self.rlimits[n]]
+        if lifted or raised:
+            raise ValueError(f"limits {sorted([*lifted, *raised])} cannot be widened now")
+        self.limits = limits
+        self.rlimits = wanted
+        return changed
 
     @property
     def enforced(self) -> dict[str, str]:
@@ -205,6 +224,12 @@ class DiskWatch:
     def __init__(self, folder: Path, limit: int) -> None:
         self.folder = folder
         self.limit = limit
+        self._baseline = dict(_files(folder))
+
+    def rebase(self, folder: Path) -> None:
+        """Count from now, in `folder` (where the folder was moved): the files the agent just
+        placed are the job's inputs, not its writes."""
+        self.folder = folder
         self._baseline = dict(_files(folder))
 
     def written(self) -> int:

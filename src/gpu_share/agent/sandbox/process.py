@@ -78,7 +78,7 @@ async def start_supervised(
     spec: SandboxSpec,
     env: Mapping[str, str],
     cwd: Path | None,
-    after_exit: Callable[[], None] | None = None,
+    after_exit: Callable[[Path], None] | None = None,
 ) -> SubprocessJob:
     """Start `argv` (the job, or bwrap wrapping it) under a supervisor with `spec.limits`."""
     limits = spec.limits or JobLimits(cgroups=False)
@@ -125,7 +125,12 @@ async def start_supervised(
         await asyncio.to_thread(confinement.release)
         raise SandboxError(started.decode(errors="replace") or "the job's supervisor stopped")
     return SubprocessJob(
-        process, confinement=confinement, disk=disk, report=report, after_exit=after_exit
+        process,
+        confinement=confinement,
+        disk=disk,
+        report=report,
+        after_exit=after_exit,
+        job_dir=job_dir,
     )
 
 
@@ -147,7 +152,7 @@ class SubprocessJob:
 
     `wait()` returns once nothing of the job is left, with its status (a death by
     signal N as -N); `limit_hit` then says whether a limit ended it. `after_exit`
-    runs on a thread at that point, before `wait()` returns.
+    runs on a thread at that point, before `wait()` returns, given the job's folder.
     """
 
     def __init__(
@@ -157,7 +162,8 @@ class SubprocessJob:
         confinement: Confinement,
         disk: DiskWatch | None = None,
         report: BinaryIO | None = None,
-        after_exit: Callable[[], None] | None = None,
+        after_exit: Callable[[Path], None] | None = None,
+        job_dir: Path | None = None,
     ) -> None:
         """`report` is the supervisor's status pipe, past its first line."""
         if process.stdout is None:
@@ -170,6 +176,7 @@ class SubprocessJob:
         self._disk = disk
         self._report = report
         self._after_exit = after_exit
+        self.job_dir = job_dir
         self._killed = False
         self._gone = False
         self._waiting: asyncio.Future[int] | None = None
@@ -183,6 +190,22 @@ class SubprocessJob:
         self._watching = (
             asyncio.ensure_future(watch_disk(disk, self._disk_full)) if disk is not None else None
         )
+
+    @property
+    def exited(self) -> bool:
+        """Whether the job's process tree has ended (its supervisor has exited)."""
+        return self._gone or self._process.returncode is not None
+
+    def assign(self, limits: JobLimits, job_dir: Path) -> dict[str, int]:
+        """A process started ahead of its job takes it (`warm.py`), once the agent has put the
+        job's files in its folder and moved the folder to `job_dir`: the job's `limits` judge
+        it from now on, the files count as inputs, not writes. Returns the rlimits the
+        process must lower itself to."""
+        lowered = self._confinement.adopt(limits)
+        self.job_dir = job_dir
+        if self._disk is not None:
+            self._disk.rebase(job_dir)
+        return lowered
 
     def _disk_full(self, hit: LimitHit) -> None:
         self.limit_hit = hit
@@ -213,9 +236,9 @@ class SubprocessJob:
         if self.limit_hit is None and self._disk is not None:
             self.limit_hit = self._disk.exceeded()
         self._confinement.release()
-        if self._after_exit is not None:
+        if self._after_exit is not None and self.job_dir is not None:
             after_exit, self._after_exit = self._after_exit, None
-            after_exit()
+            after_exit(self.job_dir)
 
     def _read_report(self) -> list[str] | None:
         """The limits the supervisor found enforced; None if it said nothing (killed)."""
