@@ -16,7 +16,8 @@ job's limits replace the slot's (its CPU-time budget is lowered by the process i
 before it reads the job), and the order goes down `go`. The process runs the job as
 the cold runtime would and exits; a new one is started in the background then, so that
 its start never competes with the job (a job that comes while it is still importing
-takes it and waits for the rest, which is still sooner than a new start). Nothing of a
+takes it and waits for the rest, which is still sooner than a new start). Starting it
+at the hand-over instead measured slower on a 2-core machine (bench/README.md). Nothing of a
 job reaches the next: each process serves one job, each folder is new and removed
 after its job.
 
