@@ -267,6 +267,11 @@ def test_server_prints_a_generated_admin_key_once_and_serves(tmp_path: Path) -> 
 def test_sigterm_stops_the_server_cleanly_while_an_agent_is_connected(tmp_path: Path) -> None:
     with LiveStack(tmp_path) as stack:  # its agent long-polls for work, its session channel open
         assert stack.server is not None
+        agent = stack.agents[0]
+        deadline = time.monotonic() + 30
+        while "session channel connected" not in agent.log:  # a handshake under way when
+            assert time.monotonic() < deadline, agent.log  # the server stops is refused
+            time.sleep(0.05)
         stack.server.send_signal(signal.SIGTERM)
         code = stack.server.wait(60)
     server_log = stack.server_log.read_text()

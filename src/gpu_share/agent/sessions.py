@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from gpu_share.agent.failures import JobFailed
 from gpu_share.agent.fetching import fetch
@@ -121,9 +121,12 @@ class SessionHost:
                 ) as ws:
                     self._ws = ws
                     self.connected.set()
+                    log.info("session channel connected")
                     delay.reset()
                     await self._serve(ws, stop)
-            except (OSError, ConnectionClosed, TimeoutError) as exc:
+            # A refused handshake (the coordinator restarting, say) is the channel being
+            # down, not a failure of this agent.
+            except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
                 log.info("session channel down (%s); reconnecting in %.1fs", exc, delay.upcoming)
             except Exception:
                 log.exception("session channel failed; reconnecting")

@@ -334,6 +334,11 @@ class Sessions:
         live = self.hub.get(session_id)
         async with self.db.read() as session:
             row = await _owned(session, tenant_id, session_id)
+        if live is not None and not live.status.open and SessionStatus(row.status).open:
+            # It ended while the row was read: a session is ended in the hub after its
+            # row is final (idle, deleted, unpaid), so the row now says why.
+            async with self.db.read() as session:
+                row = await _owned(session, tenant_id, session_id)
         return to_wire(row, live)
 
     async def list_for_tenant(
