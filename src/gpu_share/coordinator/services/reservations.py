@@ -57,7 +57,7 @@ from gpu_share.protocol.reservations import (
     ReservationStatus,
 )
 
-HOUR = timedelta(hours=1)
+HOUR = reservation_downtime.HOUR  # one owner of the period's unit
 LIVE = (ReservationStatus.PENDING.value, ReservationStatus.ACTIVE.value)
 
 
