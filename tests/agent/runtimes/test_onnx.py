@@ -22,7 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gpu_share.agent.runtimes.jobspec import JobSpec, RuntimeResult, read_result, write_spec
 from gpu_share.agent.runtimes.npz import load_npz
-from gpu_share.agent.runtimes.runner import FailureCode, Result, write_result
+from gpu_share.agent.runtimes.onnx import _session_options
+from gpu_share.agent.runtimes.runner import FailureCode, Result, Runtime, Spec, write_result
 from gpu_share.examples import DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.runtimes import RuntimeName
@@ -457,3 +458,11 @@ def test_result_round_trips_and_a_missing_or_invalid_one_reads_as_none(tmp_path:
 
     (tmp_path / spec.result_path).write_text('{"ok": true}')  # success without outputs
     assert read_result(tmp_path / spec.result_path) is None
+
+
+def test_idle_intra_op_threads_sleep_rather_than_spin() -> None:
+    options = _session_options(Spec(runtime=Runtime.ONNX_CPU, model="m.onnx", threads=2))
+
+    assert options.intra_op_num_threads == 2
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.get_session_config_entry("session.inter_op.allow_spinning") == "0"

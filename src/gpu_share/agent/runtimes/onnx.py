@@ -138,6 +138,11 @@ def _session_options(spec: Spec) -> Any:
     options.log_severity_level = 3  # errors only: warnings about the graph are noise to tenants
     if spec.threads is not None:
         options.intra_op_num_threads = spec.threads
+    # Idle worker threads sleep instead of spinning: on a node's shared cores a spinning
+    # thread steals the CPU that the next request (or a neighbour's job) needs, which
+    # showed as session p99 (bench/README.md, sessions).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     level = spec.options.get("graph_optimization_level")
     if level is not None:
         if level not in OPTIMIZATION_LEVELS:
