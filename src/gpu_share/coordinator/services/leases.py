@@ -5,6 +5,7 @@ holds; a transition that touches no row means the caller's lease is stale.
 """
 
 import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from gpu_share.coordinator.services import (
     gpu_assignment,
     invoke_state,
     memory_fit,
+    node_load,
     nodes,
     presence,
     ranking,
@@ -82,7 +84,8 @@ async def claim(
     node.last_seen_at = now
     if not node_listed(node) or not in_window(node, now):
         return []
-    free = min(request.slots, node.max_concurrent_jobs - await nodes.running_on(session, node_id))
+    load = await node_load.load_of(session, node_id, now)
+    free = min(request.slots, node.max_concurrent_jobs - load.running)
     if free <= 0:
         return []
     queued = InvokeRow.status == InvokeStatus.QUEUED.value
@@ -90,15 +93,13 @@ async def claim(
     # candidate would write a row lock on each and make other agents skip them.
     peek = await session.execute(_fair_candidates(session, node.runtimes))
     # GPU jobs share the node's memory with the sessions it holds (SPEC §4.1).
-    free_vram_mb = memory_fit.gpu_memory_mb(node) - (
-        (await memory_fit.session_reservations(session)).get(node_id, 0)
-    )
+    free_vram_mb = memory_fit.gpu_memory_mb(node) - load.session_mb
     # Whole GPUs: those the node's active jobs hold are taken; the agent may know more.
-    held = await gpu_assignment.held_indices(session, node_id)
+    held = load.held
     agent_free = None if request.free_gpu_indices is None else set(request.free_gpu_indices)
     # Dedicated reservations in force here: their work first, on their GPUs only; nobody
     # else's work on those GPUs (`reservation_holds.off_limits`).
-    holds = await reservation_holds.held_on(session, now, node_id)
+    holds = load.holds
     first: list[str] = []
     for invoke_id, _, runtime, gpus, constraints, _ in await reservation_holds.queued_work(
         session, holds
@@ -110,7 +111,7 @@ async def claim(
             first.append(invoke_id)
     reserved = reservation_holds.off_limits(node, holds, None)
     # Reservations booked here that start later: their GPUs must be free at the start.
-    upcoming = await reservation_holds.upcoming_on(session, node_id, now)
+    upcoming = load.upcoming
     rivals = await _better_pollers(session, node, now)
     grace = now - timedelta(seconds=RANKING_GRACE_SEC)
     eligible: list[tuple[str, str]] = []
@@ -148,6 +149,7 @@ async def claim(
             .with_for_update(skip_locked=True)
         )
     ).all()
+    artifacts = await _load_artifacts(session, locked)
     jobs: list[wire.LeasedJob] = []
     served: set[str] = set()
     free_gpus = request.free_gpus
@@ -165,7 +167,9 @@ async def claim(
         indices = gpu_assignment.choose(node, req, held | off_limits, agent_free)
         if indices is None:
             continue  # an earlier job of this claim took the GPUs it could have had
-        job = await _lease(session, row, node, now, ctx, indices, start=request.start)
+        job = await _lease(
+            session, row, node, now, ctx, indices, artifacts=artifacts, start=request.start
+        )
         if job is not None:
             jobs.append(job)
             served.add(row.tenant_id)
@@ -176,6 +180,26 @@ async def claim(
     return jobs
 
 
+async def _load_artifacts(
+    session: AsyncSession, rows: Sequence[InvokeRow]
+) -> dict[str, ArtifactRow]:
+    """The artifacts these invokes use, read in one statement rather than one each."""
+    ids = {
+        artifact_id
+        for row in rows
+        for artifact_id in (
+            row.model_artifact_id,
+            row.inputs_artifact_id,
+            row.checkpoint_artifact_id,
+        )
+        if artifact_id
+    }
+    if not ids:
+        return {}
+    query = select(ArtifactRow).where(ArtifactRow.id.in_(sorted(ids)))
+    return {artifact.id: artifact for artifact in (await session.scalars(query)).all()}
+
+
 async def _mark_served(session: AsyncSession, tenant_ids: set[str], now: datetime) -> None:
     """Move these tenants to the back of the fair-share line.
 
@@ -184,16 +208,16 @@ async def _mark_served(session: AsyncSession, tenant_ids: set[str], now: datetim
     if not tenant_ids:
         return
     free = (
-        await session.scalars(
-            select(TenantRow.id)
-            .where(TenantRow.id.in_(sorted(tenant_ids)))
-            .with_for_update(skip_locked=True)
-        )
-    ).all()
-    if free:
-        await session.execute(
-            update(TenantRow).where(TenantRow.id.in_(free)).values(last_served_at=now)
-        )
+        select(TenantRow.id)
+        .where(TenantRow.id.in_(sorted(tenant_ids)))
+        .with_for_update(skip_locked=True)
+    )
+    await session.execute(
+        update(TenantRow)
+        .where(TenantRow.id.in_(free.scalar_subquery()))
+        .values(last_served_at=now)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def _fair_candidates(session: AsyncSession, runtimes: list[str]) -> Select[Any]:
@@ -292,11 +316,13 @@ async def artifact_ref(
     sha256: str | None,
     now: datetime,
     ctx: LeaseContext,
+    loaded: Mapping[str, ArtifactRow] | None = None,
 ) -> wire.ArtifactRef | None:
-    """A fetchable reference; None when the platform artifact has expired since submission."""
+    """A fetchable reference; None when the platform artifact has expired since submission.
+    `loaded`: artifacts already read, by id."""
     if artifact_id is None:
         return wire.ArtifactRef(url=url, platform=False, sha256=sha256, size=None)
-    artifact = await session.get(ArtifactRow, artifact_id)
+    artifact = (loaded or {}).get(artifact_id) or await session.get(ArtifactRow, artifact_id)
     if artifact is None or artifact.blob_id is None or artifact.expires_at <= now:
         return None
     expires = now + timedelta(seconds=ctx.settings.artifact_token_ttl_sec)
@@ -319,23 +345,25 @@ async def _lease(
     ctx: LeaseContext,
     gpu_indices: list[int],
     *,
+    artifacts: Mapping[str, ArtifactRow],
     start: bool = False,
 ) -> wire.LeasedJob | None:
     """Lease one invoke to the node, on `gpu_indices` of its GPUs (none for a CPU job);
-    with `start`, the lease is its start (`LeaseRequest.start`)."""
+    with `start`, the lease is its start (`LeaseRequest.start`). `artifacts`: those the
+    invoke uses, by id."""
     node_id = node.id
     model = await artifact_ref(
-        session, row.model_url, row.model_artifact_id, row.model_sha256, now, ctx
+        session, row.model_url, row.model_artifact_id, row.model_sha256, now, ctx, artifacts
     )
     inputs = (
         await artifact_ref(
-            session, row.inputs_url, row.inputs_artifact_id, row.inputs_sha256, now, ctx
+            session, row.inputs_url, row.inputs_artifact_id, row.inputs_sha256, now, ctx, artifacts
         )
         if row.inputs_url
         else None
     )
     checkpoint = (
-        await artifact_ref(session, "", row.checkpoint_artifact_id, None, now, ctx)
+        await artifact_ref(session, "", row.checkpoint_artifact_id, None, now, ctx, artifacts)
         if row.checkpoint_artifact_id
         else None
     )

@@ -102,15 +102,6 @@ async def running_counts(session: AsyncSession) -> dict[str, int]:
     return {node_id: count for node_id, count in rows.all() if node_id}
 
 
-async def running_on(session: AsyncSession, node_id: str) -> int:
-    count = await session.scalar(
-        select(func.count()).where(
-            InvokeRow.node_id == node_id, InvokeRow.status.in_(ACTIVE_VALUES)
-        )
-    )
-    return int(count or 0)
-
-
 def known(row: NodeRow) -> list[RuntimeName]:
     """What the node advertises, leaving out names this coordinator does not know."""
     known = {runtime.value for runtime in RuntimeName}

@@ -216,20 +216,6 @@ class Upcoming:
     gpu_indices: frozenset[int]
 
 
-async def upcoming_on(session: AsyncSession, node_id: str, now: datetime) -> list[Upcoming]:
-    """The reservations booked on this node that start later, soonest first."""
-    rows = await session.execute(
-        select(ReservationRow.starts_at, ReservationRow.gpu_indices)
-        .where(
-            ReservationRow.node_id == node_id,
-            ReservationRow.status.in_(LIVE),
-            ReservationRow.starts_at > now,
-        )
-        .order_by(ReservationRow.starts_at)
-    )
-    return [Upcoming(start, frozenset(int(i) for i in indices)) for start, indices in rows.all()]
-
-
 def needed_soon(
     upcoming: list[Upcoming], priority: str, timeout_sec: int, now: datetime
 ) -> set[int]:
