@@ -4,15 +4,17 @@ A claim needs the node's whole load: how many invokes it runs, which GPUs those 
 whole-GPU sessions hold, the memory its sessions reserve, and the reservations in force
 or booked on it. Read one query at a time that cost a claim six round trips and most of
 its time (bench/README.md, dispatch); here they are one `UNION ALL` of three plain
-selects, each branch using its table's node index, and the rules stay with their owners
-(`reservation_holds` for reservations, `memory_fit` for memory).
+selects, each branch using its table's node index, built once and run with the node and
+the time as parameters; the rules stay with their owners (`reservation_holds` for
+reservations, `memory_fit` for memory).
 """
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import literal_column, null, select, union_all
+from sqlalchemy import BindParameter, bindparam, literal_column, null, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import InvokeRow, ReservationRow, SessionRow
@@ -33,7 +35,11 @@ class NodeLoad:
     upcoming: list[Upcoming]  # reservations booked that start later, soonest first
 
 
-def _rows(node_id: str, now: datetime) -> Any:
+@functools.cache
+def _rows() -> Any:
+    """The node's load as rows, for `:node_id` at `:now`; built once (module doc)."""
+    node_id: BindParameter[str] = bindparam("node_id")
+    now: BindParameter[datetime] = bindparam("now")
     # The reservations branch comes first: its column types (the timestamp above all)
     # decide how the union's values are read back.
     reservations = select(
@@ -80,7 +86,7 @@ async def load_of(session: AsyncSession, node_id: str, now: datetime) -> NodeLoa
     session_mb = 0
     used: dict[str, int] = {}  # GPUs each reservation's own running work uses
     reservations: list[Any] = []
-    for row in (await session.execute(_rows(node_id, now))).all():
+    for row in (await session.execute(_rows(), {"node_id": node_id, "now": now})).all():
         indices = _indices(row)
         if row.kind == "r":
             reservations.append(row)
