@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from gpu_share.agent.client import StaleLease
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.loops import lease_expiry
-from gpu_share.protocol.agent import LeaseVerdict
+from gpu_share.protocol.agent import LeaseRequest, LeaseVerdict
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import HELLO_WORLD, TenantHandle
@@ -362,3 +362,79 @@ async def test_a_stale_result_brings_no_log_lines(
     logs = (await client.get(f"/v1/gpu/invokes/{invoke_id}/logs", headers=tenant.headers)).text
     assert "from the lost node" not in logs
     assert (await status_of(client, tenant, invoke_id))["status"] == "done"
+
+
+def _with_next(report: Any, **request: Any) -> Any:
+    lease = LeaseRequest.model_validate({"slots": 1, "free_gpus": 0, "start": True, **request})
+    return report.model_copy(update={"next": lease})
+
+
+async def test_a_result_that_asks_next_leases_the_slots_next_job_in_the_same_request(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    agent = await sim_agent()
+    first, second = await submit(client, tenant), await submit(client, tenant)
+    (job,) = await agent.lease(start=True)
+    assert job.invoke_id == first
+
+    (following,) = await agent.client.report(first, _with_next(done_report(job)), retry_for=0)
+
+    assert following.invoke_id == second and following.started
+    assert (await status_of(client, tenant, first))["status"] == "done"
+    assert (await status_of(client, tenant, second))["status"] == "running"
+    # The queue is empty now: the next result brings nothing, and says so.
+    assert await agent.client.report(second, _with_next(done_report(following)), retry_for=0) == []
+    assert (await status_of(client, tenant, second))["status"] == "done"
+
+
+async def test_a_result_without_next_leases_nothing(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    agent = await sim_agent()
+    first, second = await submit(client, tenant), await submit(client, tenant)
+    (job,) = await agent.lease(start=True)
+
+    assert await agent.client.report(first, done_report(job), retry_for=0) == []
+
+    assert (await status_of(client, tenant, second))["status"] == "queued"
+
+
+async def test_a_stale_result_leases_nothing_even_when_it_asks_next(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+    settings: Settings,
+) -> None:
+    lost = await sim_agent()
+    invoke_id = await submit(client, tenant)
+    (stale,) = await lost.lease(start=True)
+    waiting = await submit(client, tenant)
+    clock.advance(settings.lease_ttl_sec + 1)
+    assert (await lease_expiry.run_once(app.state.replica)).requeued == 1
+
+    with pytest.raises(StaleLease):
+        await lost.client.report(invoke_id, _with_next(done_report(stale)), retry_for=0)
+
+    assert (await status_of(client, tenant, invoke_id))["status"] == "queued"
+    assert (await status_of(client, tenant, waiting))["status"] == "queued"
+
+
+async def test_next_is_offered_only_the_gpus_the_report_names(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    gpu = await sim_agent(
+        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100] * 2, slots=2)
+    )
+    first = await submit(client, tenant, {**HELLO_WORLD, "gpu_model": "H100"})
+    (job,) = await gpu.lease(slots=1, free_gpus=2, free_gpu_indices=[0, 1], start=True)
+    assert job.gpu_indices is not None
+    (held,) = job.gpu_indices
+    second = await submit(client, tenant, {**HELLO_WORLD, "gpu_model": "H100"})
+
+    (following,) = await gpu.client.report(
+        first, _with_next(done_report(job), free_gpus=1, free_gpu_indices=[held]), retry_for=0
+    )
+
+    assert following.invoke_id == second and following.gpu_indices == [held]

@@ -183,3 +183,18 @@ async def test_coordinator_restart_mid_job_loses_nothing(
             assert state["attempts"] == 1
     finally:
         await asyncio.to_thread(agent.stop)
+
+
+async def test_a_busy_agent_leases_its_next_job_with_the_result(live: Live) -> None:
+    agent = live.agent()  # one slot
+    model_url = await live.upload(DIGITS_MODEL.read_bytes(), "model")
+    inputs_url = await live.upload(DIGITS_INPUTS.read_bytes(), "inputs")
+    invokes = [await live.invoke(model_url=model_url, inputs_url=inputs_url) for _ in range(3)]
+
+    for invoke_id in invokes:
+        state = await live.finished(invoke_id)
+        assert state["status"] == "done", state
+        outputs = npz(base64.b64decode(state["result"]["outputs_inline_base64"]))
+        assert outputs["label"].tolist() == DIGITS_EXPECTED_LABELS
+    # Queued behind the first, the others came with a result rather than a lease request.
+    assert "leased with the result of" in agent.log

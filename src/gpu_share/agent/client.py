@@ -271,13 +271,18 @@ class CoordinatorClient:
             delay=Backoff(first=0.5, cap=10.0),
         )
 
-    async def report(self, invoke_id: str, report: wire.ResultReport, retry_for: float) -> None:
-        await self.call(
+    async def report(
+        self, invoke_id: str, report: wire.ResultReport, retry_for: float
+    ) -> list[wire.LeasedJob]:
+        """Report a result; the jobs leased with it when it asks `next` (none otherwise)."""
+        answer = await self.call(
             "POST",
             f"/v1/agent/invokes/{invoke_id}/result",
+            wire.LeaseResponse,
             json=report.model_dump(mode="json"),
             retry_for=retry_for,
         )
+        return [] if answer is None else answer.jobs
 
     async def report_preempted(self, invoke_id: str, lease_token: str, retry_for: float) -> None:
         """The job stopped at a PREEMPT verdict: the coordinator requeues it."""

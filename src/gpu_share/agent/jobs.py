@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,13 +152,18 @@ class Job:
         gpus: list[Gpu],
         *,
         refusal: str | None = None,
+        successor: Callable[[], wire.LeaseRequest | None] | None = None,
     ) -> None:
         """`refusal`: why this node cannot run the lease (it was given GPUs it does not have
-        free); the job then fails with that message instead of running."""
+        free); the job then fails with that message instead of running. `successor`: what
+        to lease with the result for the slot this job leaves (None: lease nothing); the
+        jobs leased so are in `successors` once `run` returns."""
         self.ctx = ctx
         self.lease = lease
         self.gpus = gpus
         self.refusal = refusal
+        self.successor = successor
+        self.successors: list[wire.LeasedJob] = []
         self.outcome = Outcome()
         self.dir = ctx.settings.jobs_dir / f"{lease.invoke_id}-{lease.attempt}"
         self.logs = LogStream(
@@ -208,8 +214,13 @@ class Job:
                 await asyncio.to_thread(shutil.rmtree, self.dir, True)
         if report is None or self._stopped_for_preemption:
             await self.logs.flush()
-        else:  # the last lines travel with the result
-            report = report.model_copy(update={"log": await self.logs.remainder()})
+        else:  # the last lines travel with the result, and the slot's next lease
+            report = report.model_copy(
+                update={
+                    "log": await self.logs.remainder(),
+                    "next": self.successor() if self.successor is not None else None,
+                }
+            )
         if self._stopped_for_preemption and not self.outcome.dropped.is_set():
             try:  # the coordinator requeues it; its last checkpoint was uploaded above
                 await self.ctx.client.report_preempted(
@@ -222,7 +233,9 @@ class Job:
             log.info("invoke %s: lease lost; result not reported", self.invoke_id)
             return
         try:
-            await self.ctx.client.report(self.invoke_id, report, retry_for=REPORT_RETRY_SEC)
+            self.successors = await self.ctx.client.report(
+                self.invoke_id, report, retry_for=REPORT_RETRY_SEC
+            )
         except StaleLease:
             log.info("invoke %s: the coordinator refused the result (lease stale)", self.invoke_id)
 

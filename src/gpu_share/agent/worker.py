@@ -289,10 +289,14 @@ class Agent:
     async def _drain(self, timeout: float) -> None:
         if not self._tasks:
             return
-        pending = set(self._tasks)
         if timeout > 0:
-            log.info("waiting up to %.0fs for %d running job(s)", timeout, len(pending))
-            _, pending = await asyncio.wait(self._tasks, timeout=timeout)
+            log.info("waiting up to %.0fs for %d running job(s)", timeout, len(self._tasks))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            # Again while jobs remain: one may hand its slot to a job leased with its result.
+            while self._tasks and (left := deadline - loop.time()) > 0:
+                await asyncio.wait(set(self._tasks), timeout=left)
+        pending = set(self._tasks)
         self.left_running = len(pending)
         for task in pending:
             task.cancel()
@@ -378,11 +382,23 @@ class Agent:
                 continue
             delay.reset()
             for lease in response.jobs:
-                self._start(ctx, lease)
+                self._start(ctx, lease, stop)
 
-    def _start(self, ctx: JobContext, lease: wire.LeasedJob) -> None:
+    def _start(self, ctx: JobContext, lease: wire.LeasedJob, stop: asyncio.Event) -> None:
         gpus, refusal = self._take_gpus(lease)
-        job = Job(ctx, lease, gpus, refusal=refusal)
+
+        def successor() -> wire.LeaseRequest | None:
+            """The job's slot and GPUs, leased again with its result (SQS-style): the
+            next job starts without another round trip. Only what this job holds is
+            offered, so the lease loop's own request never overlaps it."""
+            if stop.is_set():
+                return None
+            indices = sorted(g.info.index for g in gpus)
+            return wire.LeaseRequest(
+                slots=1, free_gpus=len(indices), free_gpu_indices=indices, wait_sec=0, start=True
+            )
+
+        job = Job(ctx, lease, gpus, refusal=refusal, successor=successor)
         self.jobs[lease.invoke_id] = job
 
         async def run() -> None:
@@ -391,6 +407,11 @@ class Agent:
             finally:
                 self.jobs.pop(lease.invoke_id, None)
                 self._free_gpus.extend(gpus)
+                for leased in job.successors:
+                    log.info(
+                        "invoke %s: leased with the result of %s", leased.invoke_id, job.invoke_id
+                    )
+                    self._start(ctx, leased, stop)
                 self._slot_freed.set()
 
         task = asyncio.create_task(run(), name=f"job:{lease.invoke_id}")

@@ -198,6 +198,12 @@ class ResultReport(BaseModel):
         description="The job's last log text, appended to its log with the result (one "
         "request instead of a final log POST and the result)",
     )
+    next: LeaseRequest | None = Field(
+        default=None,
+        description="Lease the node's next work in the same request, once the result is "
+        "recorded (its `wait_sec` is not waited: the answer comes at once). The answer's "
+        "`jobs` are leased as by `POST /v1/agent/lease`",
+    )
 
     @model_validator(mode="after")
     def _one_verdict(self) -> Self:

@@ -69,16 +69,18 @@ async def heartbeat(
         )
 
 
+def _lease_context(replica: Replica, request: Request) -> leases.LeaseContext:
+    return leases.LeaseContext(
+        settings=replica.settings, signer=replica.signer, base_url=base_url(replica, request)
+    )
+
+
 @router.post("/lease", response_model=wire.LeaseResponse, responses=errors(*AUTH, 422))
 async def lease(
     body: wire.LeaseRequest, request: Request, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.LeaseResponse:
     """Long-poll: answers as soon as work is queued for this node, or empty after `wait_sec`."""
-    ctx = leases.LeaseContext(
-        settings=replica.settings,
-        signer=replica.signer,
-        base_url=base_url(replica, request),
-    )
+    ctx = _lease_context(replica, request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(body.wait_sec, replica.settings.max_lease_wait_sec)
     while True:
@@ -214,11 +216,22 @@ async def report_preempted(
     await replica.notifier.publish(Channel.WORK)
 
 
-@router.post("/invokes/{invoke_id}/result", status_code=204, responses=errors(*AUTH, 404, 409, 422))
+@router.post(
+    "/invokes/{invoke_id}/result",
+    response_model=wire.LeaseResponse,
+    responses=errors(*AUTH, 404, 409, 422),
+)
 async def report_result(
-    invoke_id: InvokeId, body: wire.ResultReport, caller: NodePrincipal, replica: ReplicaDep
-) -> None:
-    """The outcome, exactly once; a stale lease gets 409 and the job counts elsewhere."""
+    invoke_id: InvokeId,
+    body: wire.ResultReport,
+    request: Request,
+    caller: NodePrincipal,
+    replica: ReplicaDep,
+) -> wire.LeaseResponse:
+    """The outcome, exactly once; a stale lease gets 409 and the job counts elsewhere.
+
+    With `next`, the node's next work is leased in its own transaction once the result
+    is recorded, and comes back in `jobs` (empty otherwise)."""
     async with replica.db.write() as session:
         await leases.report_result(
             session,
@@ -228,3 +241,14 @@ async def report_result(
             replica.settings,
         )
     await replica.notifier.publish(Channel.FINISHED)
+    if body.next is None or replica.notifier.closed:
+        return wire.LeaseResponse(jobs=[])
+    async with replica.db.write() as session:
+        jobs = await leases.claim(
+            session,
+            caller.node_id,
+            body.next,
+            replica.clock.now(),
+            _lease_context(replica, request),
+        )
+    return wire.LeaseResponse(jobs=jobs)
