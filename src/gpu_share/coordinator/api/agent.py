@@ -240,7 +240,7 @@ async def report_result(
             replica.clock.now(),
             replica.settings,
         )
-    await replica.notifier.publish(Channel.FINISHED)
+    await replica.notifier.publish(Channel.FINISHED, invoke_id)
     if body.next is None or replica.notifier.closed:
         return wire.LeaseResponse(jobs=[])
     async with replica.db.write() as session:

@@ -143,7 +143,7 @@ async def cancel_invoke(
     async with replica.db.write() as session:
         canceled = await invokes.cancel(session, tenant.tenant_id, invoke_id, replica.clock.now())
     if canceled.status.terminal:
-        await replica.notifier.publish(Channel.FINISHED)
+        await replica.notifier.publish(Channel.FINISHED, invoke_id)
     return canceled
 
 

@@ -1,15 +1,19 @@
 """Wake-ups for long-polls, on two channels: "new work may be queued" (agents' leases)
 and "an invoke may have finished" (tenants' `GET …?wait=N`).
 
-In one process a version counter and an event per channel suffice. With PostgreSQL,
-replicas tell each other through LISTEN/NOTIFY; the listener reconnects on its own,
-and waiters never sleep longer than `max_wait`, so a lost notification costs
+In one process a version counter and an event per channel suffice. A publish may name
+a key (the invoke that finished): then only those watching that key wake, so a result
+costs one read by the tenant waiting for it rather than one by every waiting tenant; a
+publish without a key wakes everyone on the channel. With PostgreSQL, replicas tell
+each other through LISTEN/NOTIFY (the key as payload); the listener reconnects on its
+own, and waiters never sleep longer than `max_wait`, so a lost notification costs
 latency, not work: a woken waiter always re-reads the database.
 """
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterator
 from enum import StrEnum
 from typing import Any
 
@@ -40,14 +44,48 @@ class _Signal:
 class Notifier:
     def __init__(self, *, max_wait: float = 5.0) -> None:
         self._signals = {channel: _Signal() for channel in Channel}
+        self._watchers: dict[tuple[Channel, str], set[asyncio.Event]] = {}
         self._closed = False
         self.max_wait = max_wait
 
     def version(self, channel: Channel) -> int:
         return self._signals[channel].version
 
-    def bump(self, channel: Channel) -> None:
+    def bump(self, channel: Channel, key: str | None = None) -> None:
+        """Wake the watchers of `key` on the channel, or, without a key, every waiter."""
+        if key is not None:
+            for event in self._watchers.get((channel, key), ()):
+                event.set()
+            return
         self._signals[channel].bump()
+        for (watched, _), events in self._watchers.items():
+            if watched is channel:
+                for event in events:
+                    event.set()
+
+    @contextlib.contextmanager
+    def watch(self, channel: Channel, key: str) -> Iterator[asyncio.Event]:
+        """An event set when `key` is published on the channel (or the channel is bumped
+        for all, or the notifier closes). Watch before reading what it guards, and clear
+        it before each read: nothing published in between is missed."""
+        event = asyncio.Event()
+        if self._closed:
+            event.set()
+        watchers = self._watchers.setdefault((channel, key), set())
+        watchers.add(event)
+        try:
+            yield event
+        finally:
+            watchers.discard(event)
+            if not watchers and self._watchers.get((channel, key)) is watchers:
+                del self._watchers[(channel, key)]
+
+    async def wait_watched(self, event: asyncio.Event, timeout: float) -> None:
+        """Return when `event` (from `watch`) is set, after `timeout`, or `max_wait` at most."""
+        if event.is_set() or timeout <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), min(timeout, self.max_wait))
 
     async def wait(self, channel: Channel, since: int, timeout: float) -> None:
         """Return when the channel's version moves past `since`, after `timeout`, or on close."""
@@ -57,8 +95,8 @@ class Notifier:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(signal.event.wait(), min(timeout, self.max_wait))
 
-    async def publish(self, channel: Channel) -> None:
-        self.bump(channel)
+    async def publish(self, channel: Channel, key: str | None = None) -> None:
+        self.bump(channel, key)
 
     async def start(self) -> None:
         pass
@@ -116,17 +154,17 @@ class PostgresNotifier(Notifier):
                     self._listener = None
             await backoff.sleep(self._stop)
 
-    def _on_notify(self, _conn: Any, _pid: int, channel: str, _payload: str) -> None:
+    def _on_notify(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
         with contextlib.suppress(ValueError):
-            self.bump(Channel(channel))
+            self.bump(Channel(channel), payload or None)
 
-    async def publish(self, channel: Channel) -> None:
-        self.bump(channel)
+    async def publish(self, channel: Channel, key: str | None = None) -> None:
+        self.bump(channel, key)
         try:
             async with self._send_lock:
                 if self._sender is None or self._sender.is_closed():
                     self._sender = await asyncpg.connect(self._dsn)
-                await self._sender.execute(f"NOTIFY {channel.value}")
+                await self._sender.execute("SELECT pg_notify($1, $2)", channel.value, key or "")
         except Exception as exc:  # other replicas fall back to their max_wait polling
             log.warning("NOTIFY failed: %s", exc)
             self._sender = None

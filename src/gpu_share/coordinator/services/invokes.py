@@ -347,14 +347,15 @@ async def wait_until_final(
     """The invoke once it is final, or as it is after `wait_sec` (0: at once)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(wait_sec, MAX_WAIT_SEC)
-    while True:
-        version = notifier.version(Channel.FINISHED)
-        async with db.read() as session:
-            invoke = to_wire(await owned(session, tenant_id, invoke_id))
-        remaining = deadline - loop.time()
-        if invoke.status.terminal or remaining <= 0 or notifier.closed:
-            return invoke
-        await notifier.wait(Channel.FINISHED, version, remaining)
+    with notifier.watch(Channel.FINISHED, invoke_id) as finished:
+        while True:
+            finished.clear()
+            async with db.read() as session:
+                invoke = to_wire(await owned(session, tenant_id, invoke_id))
+            remaining = deadline - loop.time()
+            if invoke.status.terminal or remaining <= 0 or notifier.closed:
+                return invoke
+            await notifier.wait_watched(finished, remaining)
 
 
 async def list_for_tenant(

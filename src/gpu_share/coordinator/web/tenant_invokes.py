@@ -410,7 +410,7 @@ async def cancel_invoke(invoke_id: str, signed: SignedTenant) -> Response:
     except Conflict as exc:
         return browser.redirect(f"/console/invokes/{invoke_id}", flash=exc.message)
     if invoke.status.terminal:
-        await replica.notifier.publish(Channel.FINISHED)
+        await replica.notifier.publish(Channel.FINISHED, invoke_id)
         message = "The invoke is canceled."
     else:
         message = "Cancel requested: its node stops the job within a few seconds."

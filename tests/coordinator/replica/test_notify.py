@@ -1,0 +1,83 @@
+"""Wake-ups: a keyed publish wakes only the watchers of its key, on one replica and
+across replicas (PostgreSQL LISTEN/NOTIFY with the key as payload)."""
+
+import asyncio
+
+import pytest
+
+from gpu_share.coordinator.replica.notify import Channel, Notifier, PostgresNotifier
+
+
+async def test_a_keyed_publish_wakes_its_watchers_only() -> None:
+    notifier = Notifier()
+    with (
+        notifier.watch(Channel.FINISHED, "inv_a") as a,
+        notifier.watch(Channel.FINISHED, "inv_b") as b,
+    ):
+        version = notifier.version(Channel.FINISHED)
+        await notifier.publish(Channel.FINISHED, "inv_a")
+
+        assert a.is_set() and not b.is_set()
+        assert notifier.version(Channel.FINISHED) == version  # channel-wide waiters sleep on
+
+
+async def test_a_publish_without_a_key_wakes_every_watcher_of_the_channel() -> None:
+    notifier = Notifier()
+    with (
+        notifier.watch(Channel.FINISHED, "inv_a") as a,
+        notifier.watch(Channel.WORK, "inv_a") as other_channel,
+    ):
+        await notifier.publish(Channel.FINISHED)
+
+        assert a.is_set() and not other_channel.is_set()
+
+
+async def test_a_publish_before_the_wait_is_not_missed_and_closing_wakes_all() -> None:
+    notifier = Notifier(max_wait=30)
+    with notifier.watch(Channel.FINISHED, "inv_a") as finished:
+        finished.clear()  # as a waiter does before reading the invoke
+        await notifier.publish(Channel.FINISHED, "inv_a")  # lands during the read
+        await asyncio.wait_for(notifier.wait_watched(finished, 30), 1)
+
+        finished.clear()
+        await notifier.close()
+        await asyncio.wait_for(notifier.wait_watched(finished, 30), 1)
+    with notifier.watch(Channel.FINISHED, "inv_b") as late:
+        assert late.is_set()  # a closed notifier never parks anyone
+
+
+async def test_watches_leave_nothing_behind() -> None:
+    notifier = Notifier()
+    with notifier.watch(Channel.FINISHED, "inv_a"), notifier.watch(Channel.FINISHED, "inv_a"):
+        pass
+    await notifier.publish(Channel.FINISHED, "inv_a")
+    assert notifier._watchers == {}
+
+
+async def test_a_keyed_publish_reaches_the_watcher_on_another_replica(db_url: str) -> None:
+    if not db_url.startswith("postgresql"):
+        pytest.skip("replicas tell each other through PostgreSQL only")
+    here, there = PostgresNotifier(db_url), PostgresNotifier(db_url)
+    await here.start()
+    await there.start()
+    try:
+        with (
+            there.watch(Channel.FINISHED, "inv_a") as a,
+            there.watch(Channel.FINISHED, "inv_b") as b,
+        ):
+            for _ in range(100):  # until the other replica listens (connecting wakes all)
+                a.clear()
+                await here.publish(Channel.FINISHED, "inv_a")
+                await there.wait_watched(a, 0.1)
+                if a.is_set():
+                    break
+            a.clear()
+            b.clear()
+            await here.publish(Channel.FINISHED, "inv_a")
+            await there.wait_watched(a, 5)
+
+            assert a.is_set()
+            assert not b.is_set()
+    finally:
+        await here.close()
+        await there.close()
