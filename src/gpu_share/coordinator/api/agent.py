@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request
 
 from gpu_share.coordinator.api.auth import NodePrincipal, bearer_key
-from gpu_share.coordinator.api.deps import ReplicaDep, base_url
+from gpu_share.coordinator.api.deps import ReplicaDep, base_url, lease_context
 from gpu_share.coordinator.api.paths import InvokeId
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.replica.notify import Channel
@@ -69,18 +69,12 @@ async def heartbeat(
         )
 
 
-def _lease_context(replica: Replica, request: Request) -> leases.LeaseContext:
-    return leases.LeaseContext(
-        settings=replica.settings, signer=replica.signer, base_url=base_url(replica, request)
-    )
-
-
 @router.post("/lease", response_model=wire.LeaseResponse, responses=errors(*AUTH, 422))
 async def lease(
     body: wire.LeaseRequest, request: Request, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.LeaseResponse:
     """Long-poll: answers as soon as work is queued for this node, or empty after `wait_sec`."""
-    ctx = _lease_context(replica, request)
+    ctx = lease_context(replica, request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(body.wait_sec, replica.settings.max_lease_wait_sec)
     while True:
@@ -249,6 +243,6 @@ async def report_result(
             caller.node_id,
             body.next,
             replica.clock.now(),
-            _lease_context(replica, request),
+            lease_context(replica, request),
         )
     return wire.LeaseResponse(jobs=jobs)
