@@ -246,18 +246,19 @@ def create_app(
     )
     _install_error_handlers(app)
     app.add_middleware(RequestLimitMiddleware, limits=limits_of(settings))
-    site.install(app)
-    docs.install(app)
+    # Routes are matched in order, one included router after another (a tenth of the
+    # server's CPU under agent load went to matching): the agents' and tenants' hot
+    # paths first, the pages after the API.
     for module in (
+        agent,
+        invokes,
+        sessions,
+        agent_sessions,
+        artifacts,
         health,
         nodes,
         offers,
-        invokes,
-        sessions,
-        artifacts,
         applications,
-        agent,
-        agent_sessions,
         benchmarks,
         admin,
         admin_providers,
@@ -273,6 +274,8 @@ def create_app(
         install,
     ):
         app.include_router(module.router)
+    site.install(app)
+    docs.install(app)
     return app
 
 
