@@ -330,3 +330,29 @@ async def test_an_agent_runs_jobs_in_warm_sandboxes_and_kills_them_on_timeout_an
     assert response.status_code == 200
     assert (await live.finished(canceled, timeout=30))["status"] == "canceled"
     assert f"invoke {canceled}: runs in a warm sandbox" in agent.log
+
+
+async def test_a_kind_whose_job_finds_no_sandbox_ready_keeps_one_more(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    jobs, cache = tmp_path / "jobs", tmp_path / "cache"
+    jobs.mkdir(mode=0o700)
+    cache.mkdir()
+    shutil.copyfile(DIGITS_MODEL, cache / "model")
+    shutil.copyfile(DIGITS_INPUTS, cache / "inputs")
+    pool = WarmPool(sandbox, warm_dir=tmp_path / "warm", limits=LIMITS, threads=1, size=2)
+    node = Node(jobs, cache, sandbox, pool)
+    try:
+        pool.fill([CPU])
+        process, _ = await hand_over(node, job_spec(node, "first"))  # found one ready
+        assert pool.wanted.get(CPU, 1) == 1
+        # A second job while the first runs: its successor starts only when it ends.
+        assert await pool.hand_over(RuntimeName.ONNX_CPU, job_spec(node, "second")) is None
+        assert pool.wanted[CPU] == 2
+        assert (await finish(process))[0] == 0
+
+        await warm_ready(pool, count=2)  # two wait now, each for a job of its own
+        processes = [warm.process for warm in pool.idle[CPU]]
+        assert len(processes) == 2 and processes[0] is not processes[1]
+    finally:
+        await pool.close()

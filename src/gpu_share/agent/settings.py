@@ -61,13 +61,15 @@ class AgentSettings(BaseSettings):
         "benchmark starts (work that arrives during one stops it)",
     )
     warm_sandboxes: int = Field(
-        default=1,
+        default=2,
         ge=0,
         le=8,
-        description="ONNX sandboxes kept started ahead of their job, per runtime and GPU "
-        "(docs/sandbox.md): each is a fresh, isolated process that has imported its runtime "
-        "and serves exactly one job, saving the ~250 ms start of an invoke; each waiting one "
-        "holds ~60–100 MB of memory; none start while free memory is short; 0: none",
+        description="The most ONNX sandboxes kept started ahead of their job, per runtime "
+        "and GPU (docs/sandbox.md): each is a fresh, isolated process that has imported its "
+        "runtime and serves exactly one job, saving the ~250 ms start of an invoke. One "
+        "waits per kind; another is added when jobs come faster than one starts. Each "
+        "waiting one holds ~60–100 MB of memory; none start while free memory is short; "
+        "0: none",
     )
     # What each job (and each session's model process) may use. The defaults give every
     # slot its share of the machine; see sandbox/limits.py for how each is enforced.

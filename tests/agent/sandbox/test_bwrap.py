@@ -295,6 +295,7 @@ async def test_environment_is_clean_and_shows_no_gpu(
     assert env["HOME"] == "/job" and result["cwd"] == "/job"
     assert env["GPUSHARE_JOB"] == "42"
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3"
+    assert env["OPENBLAS_NUM_THREADS"] == "1"
     assert set(env) <= {
         *("PATH", "HOME", "LANG", "PYTHONUNBUFFERED", "PWD", "GPUSHARE_JOB"),
         *("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"),

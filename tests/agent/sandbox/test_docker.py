@@ -56,7 +56,7 @@ def test_container_is_locked_down_and_sees_only_its_folder(tmp_path: Path) -> No
         "PYTHONUNBUFFERED": "1",
         "GPUSHARE_JOB": "7",
         "OMP_NUM_THREADS": "2",
-        "OPENBLAS_NUM_THREADS": "2",
+        "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "2",
         "CUDA_VISIBLE_DEVICES": "",
         "NVIDIA_VISIBLE_DEVICES": "void",

@@ -27,7 +27,12 @@ INPUTS_DIR = "in"
 PRIVATE_TMP = "/tmp"  # noqa: S108 - a fresh tmpfs inside the sandbox, never the host's /tmp
 MiB = 1024 * 1024
 NVIDIA_GPUS_DIR = Path("/proc/driver/nvidia/gpus")
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# One OpenBLAS thread whatever the job's share: no runtime does its work through numpy's
+# BLAS (onnxruntime and CatBoost have their own pools), and OpenBLAS starts its whole
+# pool when numpy is imported, ~80 ms of CPU per runtime process on 2 cores
+# (bench/README.md, warm_invoke).
+OPENBLAS_THREADS = "1"
 
 
 class SandboxError(Exception):
@@ -107,6 +112,7 @@ def job_environment(spec: SandboxSpec, *, home: str, path: str | None = None) ->
     if spec.cpu_threads is not None:
         for name in THREAD_VARIABLES:
             env[name] = str(spec.cpu_threads)
+    env["OPENBLAS_NUM_THREADS"] = OPENBLAS_THREADS
     visible = ",".join(spec.gpu_uuids)
     env["CUDA_VISIBLE_DEVICES"] = visible
     env["NVIDIA_VISIBLE_DEVICES"] = visible or "void"
