@@ -115,9 +115,7 @@ async def claim(
     reserved = reservation_holds.off_limits(node, holds, None)
     # Reservations booked here that start later: their GPUs must be free at the start.
     upcoming = load.upcoming
-    rivals = await _better_pollers(session, node, now)
-    grace = now - timedelta(seconds=RANKING_GRACE_SEC)
-    eligible: list[tuple[str, str]] = []
+    fitting: list[tuple[str, str, Requirements, datetime]] = []
     for (
         invoke_id,
         tenant_id,
@@ -130,16 +128,23 @@ async def claim(
     ) in peek.all():
         req = Requirements.from_parts(runtime, gpus, constraints)
         soon = reservation_holds.needed_soon(upcoming, priority, timeout_sec, now)
-        if not (
+        if (
             gpus <= request.free_gpus
             and serves(node, req, now)
             and memory_fit.gpu_job_fits(req.runtime, req.min_vram_mb, free_vram_mb)
             and gpu_assignment.choose(node, req, held | reserved | soon, agent_free) is not None
         ):
-            continue
-        if created_at > grace and any(_can_take(rival, req, now) for rival in rivals):
-            continue  # a better ranked node is waiting for exactly this
-        eligible.append((invoke_id, tenant_id))
+            fitting.append((invoke_id, tenant_id, req, created_at))
+    # Who else is waiting matters only when something fits: an empty queue is the common
+    # answer to a long-poll, and this read loads every node waiting in one.
+    rivals = await _better_pollers(session, node, now) if fitting else []
+    grace = now - timedelta(seconds=RANKING_GRACE_SEC)
+    eligible = [
+        (invoke_id, tenant_id)
+        for invoke_id, tenant_id, req, created_at in fitting
+        # a better ranked node waiting for exactly this gets it, for a moment
+        if created_at <= grace or not any(_can_take(rival, req, now) for rival in rivals)
+    ]
     order = {invoke_id: n for n, invoke_id in enumerate([*first, *_round_robin(eligible)])}
     if not order:
         node.polling_until = polling_until
