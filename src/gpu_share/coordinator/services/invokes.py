@@ -25,7 +25,12 @@ from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.replica.notify import Channel, Notifier
 from gpu_share.coordinator.services import billing, invoke_state, nodes, reservation_holds
-from gpu_share.coordinator.services.placement import Requirements, requirements_of, serves
+from gpu_share.coordinator.services.placement import (
+    Requirements,
+    nothing_meets,
+    requirements_of,
+    serves,
+)
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import (
     Invoke,
@@ -187,10 +192,14 @@ async def reserve_plan(
     now: datetime,
 ) -> tuple[int, Requirements]:
     """What to reserve and the requirements placement must then meet (`billing`);
-    503 NO_CAPACITY when no online node's rate fits `max_cost`."""
+    503 NO_CAPACITY when no online node serves `req`, or none whose rate fits `max_cost`.
+    The online nodes are read once for both."""
+    live = await nodes.live_nodes(session, now, settings)
+    serving = [node for node in live if serves(node, req, now)]
+    if not serving:
+        raise no_capacity(req, nothing_meets(live, req, now))
     if not billing.prepaid(settings):
         return 0, req
-    serving = [n for n in await nodes.live_nodes(session, now, settings) if serves(n, req, now)]
     reserve, placed = await billing.plan_reserve(
         session,
         req,
@@ -253,9 +262,6 @@ async def create(
                 )
                 reserve, placed = 0, req
             else:
-                missing = await nodes.missing_capacity(session, req, now, settings)
-                if missing is not None:
-                    raise no_capacity(req, missing)
                 reserve, placed = await reserve_plan(session, settings, body, req, now)
             row = InvokeRow(
                 id=new_id("inv"),

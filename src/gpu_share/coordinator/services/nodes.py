@@ -18,7 +18,6 @@ from gpu_share.coordinator.services.placement import (
     in_window,
     listed_gpu,
     node_status,
-    nothing_meets,
     reliability_of,
     serves,
 )
@@ -191,16 +190,6 @@ async def runtime_availability(
         )
         for runtime in RuntimeName
     ]
-
-
-async def missing_capacity(
-    session: AsyncSession, req: Requirements, now: datetime, settings: Settings
-) -> str | None:
-    """None when an online node serves `req`; else the constraint no online node met."""
-    live = await live_nodes(session, now, settings)
-    if any(serves(node, req, now) for node in live):
-        return None
-    return nothing_meets(live, req, now)
 
 
 TELEMETRY_KEPT = timedelta(hours=1)

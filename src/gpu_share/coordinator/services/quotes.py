@@ -51,9 +51,6 @@ async def quote(
             now,
         )
     req = requirements_of(body, body.gpus)
-    missing = await nodes.missing_capacity(session, req, now, settings)
-    if missing is not None:
-        raise invokes.no_capacity(req, missing)
     reserve, placed = await invokes.reserve_plan(session, settings, body, req, now)
     spot = body.priority is Priority.SPOT
     node = await _pick(session, settings, placed, now=now)
