@@ -105,11 +105,10 @@ async def platform_run(
         await asyncio.sleep(0.1)
     response.raise_for_status()
     invoke_id = response.json()["id"]
-    while True:
-        state: dict[str, Any] = (await http.get(f"/v1/gpu/invokes/{invoke_id}")).json()
+    while True:  # long-poll: the coordinator answers when the invoke is final
+        state: dict[str, Any] = (await http.get(f"/v1/gpu/invokes/{invoke_id}?wait=30")).json()
         if state["status"] not in ("queued", "assigned", "running"):
             break
-        await asyncio.sleep(0.05)
     phases["invoke"] = time.perf_counter() - submitted
     if state["status"] != "done":
         logs = (await http.get(f"/v1/gpu/invokes/{invoke_id}/logs")).text
