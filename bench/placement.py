@@ -1,7 +1,7 @@
 """Placement at scale (issue: benchmarks, schedules, reliability, ranked placement).
 
 On PostgreSQL with 10,000 online nodes and 100,000 queued invokes of 50 tenants, the
-latency of one claim (`leases.claim`: eligibility, ranking, fair share, the guarded
+latency of one claim (`claims.claim`: eligibility, ranking, fair share, the guarded
 lease) against a bare `FOR UPDATE SKIP LOCKED` claim on the same rows, side by side in
 one run. Target: p99 of ours ≤ 50 ms. Prints both and the ratio.
 
@@ -26,7 +26,7 @@ from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, TenantRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
-from gpu_share.coordinator.services import leases
+from gpu_share.coordinator.services import claims
 from gpu_share.protocol import agent as wire
 from gpu_share.testing.databases import create_scratch_postgres, drop_scratch_postgres
 
@@ -115,7 +115,7 @@ async def fill(db: Database, nodes: int, invokes: int, tenants: int, now: dateti
 
 
 async def ours(db: Database, node_ids: list[str], now: datetime) -> list[float]:
-    ctx = leases.LeaseContext(
+    ctx = claims.LeaseContext(
         settings=Settings(database_url=db.url), signer=UrlSigner(b"k" * 32), base_url="http://x"
     )
     request = wire.LeaseRequest(slots=1, free_gpus=0, wait_sec=0)
@@ -123,7 +123,7 @@ async def ours(db: Database, node_ids: list[str], now: datetime) -> list[float]:
     for node_id in node_ids:  # each a node with its one slot free
         started = time.perf_counter()
         async with db.write() as session:
-            jobs = await leases.claim(session, node_id, request, now, ctx)
+            jobs = await claims.claim(session, node_id, request, now, ctx)
         timings.append((time.perf_counter() - started) * 1000)
         assert len(jobs) == 1
     return timings
@@ -185,7 +185,7 @@ async def main(args: argparse.Namespace) -> None:
             chunk = picked[2 * n * per_round : 2 * (n + 1) * per_round]
             mine += await ours(db, chunk[:per_round], now)
             theirs += await bare(dsn, chunk[per_round:])
-        a = summary("ours (leases.claim)", mine)
+        a = summary("ours (claims.claim)", mine)
         b = summary("bare SKIP LOCKED claim", theirs)
         print(f"p99 ratio ours / bare: {a['p99'] / b['p99']:.1f}; target: ours p99 ≤ 50 ms")
         await db.dispose()

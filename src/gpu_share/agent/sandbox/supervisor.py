@@ -60,6 +60,19 @@ def main(argv: list[str]) -> int:
     return supervise(config)
 
 
+class _Asked:
+    """Whether the agent asked the job to stop (SIGTERM). The handler only notes it, and
+    the wakeup fd wakes the loop: an exception raised from the handler could land after
+    the loop, or between a child's reaping and the note of its status, and end the
+    supervisor with a traceback instead of the job's status."""
+
+    to_stop = False
+
+
+def _note_stop(signum: int, frame: object) -> None:
+    _Asked.to_stop = True
+
+
 def supervise(config: dict[str, Any]) -> int:
     status_fd: int = config["status_fd"]
     lifeline: int = config["lifeline_fd"]
@@ -68,7 +81,7 @@ def supervise(config: dict[str, Any]) -> int:
     os.set_blocking(wakeup_w, False)
     signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGTERM, _note_stop)
 
     exec_r, exec_w = os.pipe()  # close-on-exec: it reads EOF once the job's exec succeeded
     me = os.getpid()
@@ -78,24 +91,21 @@ def supervise(config: dict[str, Any]) -> int:
     os.close(exec_w)
     status: int | None = None
     agent_gone = False
-    try:
-        failure = _read_all(exec_r)
-        if failure:
-            os.waitpid(leader, 0)
-            os.write(status_fd, failure)
-            return 127
-        os.write(status_fd, b"ok\n")
-        while status is None:
-            status = _reap(leader)
-            if status is not None:
-                break
-            ready, _, _ = select.select([wakeup_r, lifeline], [], [])
-            if lifeline in ready:
-                agent_gone = True  # nobody will read the result
-                break
-            _read_available(wakeup_r)
-    except Stop:
-        pass
+    failure = _read_all(exec_r)
+    if failure:
+        os.waitpid(leader, 0)
+        os.write(status_fd, failure)
+        return 127
+    os.write(status_fd, b"ok\n")
+    while not _Asked.to_stop:
+        status = _reap(leader)
+        if status is not None:
+            break
+        ready, _, _ = select.select([wakeup_r, lifeline], [], [])
+        if lifeline in ready:
+            agent_gone = True  # nobody will read the result
+            break
+        _read_available(wakeup_r)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     status = _kill_all(config.get("cgroup_kill"), leader, status)
     hits = sorted(

@@ -12,7 +12,14 @@ from gpu_share.coordinator.api.paths import InvokeId
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.replica.notify import Channel
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import job_files, leases, nodes, preemption, providers
+from gpu_share.coordinator.services import (
+    claims,
+    job_files,
+    leases,
+    nodes,
+    preemption,
+    providers,
+)
 from gpu_share.coordinator.services.invoke_state import Lease
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.artifacts import ArtifactKind
@@ -82,7 +89,7 @@ async def lease(
         now = replica.clock.now()
         remaining = deadline - loop.time()
         async with replica.db.write() as session:
-            jobs = await leases.claim(
+            jobs = await claims.claim(
                 session,
                 caller.node_id,
                 body,
@@ -238,7 +245,7 @@ async def report_result(
     if body.next is None or replica.notifier.closed:
         return wire.LeaseResponse(jobs=[])
     async with replica.db.write() as session:
-        jobs = await leases.claim(
+        jobs = await claims.claim(
             session,
             caller.node_id,
             body.next,

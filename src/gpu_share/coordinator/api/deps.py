@@ -6,8 +6,8 @@ from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
 from gpu_share.coordinator.replica.state import Replica
+from gpu_share.coordinator.services.claims import LeaseContext
 from gpu_share.coordinator.services.invokes import origins_of
-from gpu_share.coordinator.services.leases import LeaseContext
 from gpu_share.coordinator.services.sessions import Sessions
 
 

@@ -1,4 +1,4 @@
-"""What one node is busy with now, read in one statement for the claim (`leases`).
+"""What one node is busy with now, read in one statement for the claim (`claims`).
 
 A claim needs the node's whole load: how many invokes it runs, which GPUs those and its
 whole-GPU sessions hold, the memory its sessions reserve, and the reservations in force

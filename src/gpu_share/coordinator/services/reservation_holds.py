@@ -1,5 +1,5 @@
 """What dedicated reservations in force mean for placement (SPEC §4.3; docs/placement.md):
-the one place that says which GPUs of a node work may have, for the claim (`leases`),
+the one place that says which GPUs of a node work may have, for the claim (`claims`),
 session placement (`sessions`), offers and the provider's machines.
 
 - Work outside reservations never gets a GPU a reservation in force holds.
@@ -109,7 +109,7 @@ def off_limits(node: NodeRow, holds: list[Held], reservation_id: str | None) -> 
 
 async def queued_work(session: AsyncSession, holds: list[Held]) -> list[Any]:
     """The queued invokes of these reservations, oldest first: a reservation's work is
-    leased before anyone else's on its node (columns as `leases` reads candidates)."""
+    leased before anyone else's on its node (columns as `claims` reads candidates)."""
     if not holds:
         return []
     rows = await session.execute(

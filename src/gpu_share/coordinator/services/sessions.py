@@ -30,8 +30,8 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.replica.session_hub import ForwardFailed, LiveSession, SessionHub
 from gpu_share.coordinator.services import (
     billing,
+    claims,
     gpu_assignment,
-    leases,
     memory_fit,
     nodes,
     ranking,
@@ -155,7 +155,7 @@ class Sessions:
         body: SessionCreate,
         *,
         origins: set[str],
-        ctx: leases.LeaseContext,
+        ctx: claims.LeaseContext,
     ) -> Session:
         try:
             return await self._create(tenant_id, body, origins=origins, ctx=ctx)
@@ -172,7 +172,7 @@ class Sessions:
             ) from None
 
     async def _create(
-        self, tenant_id: str, body: SessionCreate, *, origins: set[str], ctx: leases.LeaseContext
+        self, tenant_id: str, body: SessionCreate, *, origins: set[str], ctx: claims.LeaseContext
     ) -> Session:
         now = self.clock.now()
         req = requirements_of(body, gpus=max(body.gpus, 1))
@@ -186,7 +186,7 @@ class Sessions:
                 origins,
                 now,
             )
-            ref = await leases.artifact_ref(
+            ref = await claims.artifact_ref(
                 session, body.model_url, model.artifact_id, model.sha256, now, ctx
             )
             assert ref is not None  # resolve_url refused expired artifacts already
