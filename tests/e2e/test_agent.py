@@ -189,7 +189,13 @@ async def test_a_busy_agent_leases_its_next_job_with_the_result(live: Live) -> N
     agent = live.agent()  # one slot
     model_url = await live.upload(DIGITS_MODEL.read_bytes(), "model")
     inputs_url = await live.upload(DIGITS_INPUTS.read_bytes(), "inputs")
+    warm_up = await live.invoke(model_url=model_url, inputs_url=inputs_url)
+    assert (await live.finished(warm_up))["status"] == "done"
+    assert "leased with the result of" not in agent.log  # nothing was queued behind it
+
+    agent.pause()  # so that all three are queued before its first job ends
     invokes = [await live.invoke(model_url=model_url, inputs_url=inputs_url) for _ in range(3)]
+    agent.resume()
 
     for invoke_id in invokes:
         state = await live.finished(invoke_id)
