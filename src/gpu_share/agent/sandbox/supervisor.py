@@ -106,7 +106,6 @@ def supervise(config: dict[str, Any]) -> int:
             agent_gone = True  # nobody will read the result
             break
         _read_available(wakeup_r)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     status = _kill_all(config.get("cgroup_kill"), leader, status)
     hits = sorted(
         {limit for limit, path, key in config.get("cgroup_events", []) if _count(path, key)}

@@ -81,7 +81,8 @@ class Notifier:
                 del self._watchers[(channel, key)]
 
     async def wait_watched(self, event: asyncio.Event, timeout: float) -> None:
-        """Return when `event` (from `watch`) is set, after `timeout`, or `max_wait` at most."""
+        """Return when `event` (from `watch`, or a channel's) is set, after `timeout`, or
+        `max_wait` at most."""
         if event.is_set() or timeout <= 0:
             return
         with contextlib.suppress(TimeoutError):
@@ -90,10 +91,9 @@ class Notifier:
     async def wait(self, channel: Channel, since: int, timeout: float) -> None:
         """Return when the channel's version moves past `since`, after `timeout`, or on close."""
         signal = self._signals[channel]
-        if signal.version != since or self._closed or timeout <= 0:
+        if signal.version != since or self._closed:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(signal.event.wait(), min(timeout, self.max_wait))
+        await self.wait_watched(signal.event, timeout)
 
     async def publish(self, channel: Channel, key: str | None = None) -> None:
         self.bump(channel, key)

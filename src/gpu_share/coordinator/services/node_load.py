@@ -18,12 +18,10 @@ from sqlalchemy import BindParameter, bindparam, literal_column, null, select, u
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import InvokeRow, ReservationRow, SessionRow
+from gpu_share.coordinator.services.gpu_assignment import OPEN_SESSION_VALUES
 from gpu_share.coordinator.services.invoke_state import ACTIVE_VALUES
 from gpu_share.coordinator.services.reservation_holds import Held, Upcoming
 from gpu_share.coordinator.services.reservations import LIVE
-from gpu_share.protocol.sessions import OPEN_SESSION_STATUSES
-
-OPEN_SESSION_VALUES = sorted(s.value for s in OPEN_SESSION_STATUSES)
 
 
 @dataclass(frozen=True)
