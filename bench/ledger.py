@@ -30,9 +30,9 @@ from gpu_share.coordinator.core.orm import (
     ProviderRow,
     TenantRow,
 )
-from gpu_share.coordinator.services import billing, ledger
-from gpu_share.coordinator.services.billing import most_for, reserve_cause
-from gpu_share.coordinator.services.ledger import (
+from gpu_share.coordinator.services.money import billing, ledger
+from gpu_share.coordinator.services.money.billing import most_for, reserve_cause
+from gpu_share.coordinator.services.money.ledger import (
     COMMISSION,
     WORLD,
     Entry,

@@ -26,7 +26,7 @@ from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, TenantRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
-from gpu_share.coordinator.services import claims
+from gpu_share.coordinator.services.work import claims
 from gpu_share.protocol import agent as wire
 from gpu_share.testing.databases import create_scratch_postgres, drop_scratch_postgres
 

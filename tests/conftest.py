@@ -37,6 +37,7 @@ from gpu_share.testing.factories import (
     create_tenant,
 )
 from gpu_share.testing.live import Live, fast_settings
+from gpu_share.testing.rentals import Rentals
 from gpu_share.testing.servers import serve
 from gpu_share.testing.simulated_agent import AgentFactory, SimulatedAgent
 
@@ -148,6 +149,14 @@ async def sim_agent(app: FastAPI, provider: ProviderHandle) -> AsyncIterator[Age
     yield make
     for agent in agents:
         await agent.aclose()
+
+
+@pytest.fixture
+def rentals(
+    app: FastAPI, client: httpx.AsyncClient, provider: ProviderHandle, sim_agent: AgentFactory
+) -> Rentals:
+    """The provider's priced GPU nodes, tenants' top-ups and their reservations."""
+    return Rentals(app.state.replica, client, provider, sim_agent)
 
 
 @pytest.fixture

@@ -1,10 +1,15 @@
 """DESIGN.md boundaries, checked on the source: one layer per folder, no import upward.
 
-coordinator:  core  ←  storage  ←  replica  ←  services  ←  loops | api  ←  web  ←  app
+coordinator:  core  ←  storage  ←  replica  ←  services  ←  loops | http  ←  api | web  ←  app
+              (api and web share what they take from a request through http, never
+              each other); inside services, one package per domain, each used by
+              another only through the modules its `__init__` makes public, the arrows
+              between domains running one way (DOMAIN_USES).
 everywhere:   protocol and netguard know nothing of the parts that use them;
               the agent never imports the coordinator; the SDK imports no server code;
               services never import FastAPI; the CLI imports servers only lazily,
-              inside the commands that run them.
+              inside the commands that run them; the agent's benchmarks take what they
+              need from the agent as an argument.
 """
 
 import ast
@@ -27,8 +32,9 @@ COORDINATOR_RANKS = {
     "replica": 2,
     "services": 3,
     "loops": 4,
-    "api": 4,
-    "web": 5,  # pages use the API's dependencies (auth, the replica)
+    "http": 4,
+    "api": 5,
+    "web": 5,  # the same rank as api: neither imports the other
 }
 WIRING_RANK = 6  # app.py, embedded.py, migrate.py at the coordinator's root
 SERVER_PACKAGES = ("gpu_share.coordinator", "gpu_share.agent", "gpu_share.testing")
@@ -167,9 +173,9 @@ def test_shared_packages_know_nothing_of_their_users(package: str) -> None:
 
 def test_the_collector_sees_an_upward_import() -> None:
     """The checks above would pass vacuously if the collector missed imports."""
-    services = [i for i in IMPORTS if i.importer == "gpu_share.coordinator.services.leases"]
+    services = [i for i in IMPORTS if i.importer == "gpu_share.coordinator.services.work.leases"]
     assert any(i.imported == "gpu_share.coordinator.core.orm" for i in services)
-    assert _coordinator_layer("gpu_share.coordinator.api.auth") == ("api", 4)
+    assert _coordinator_layer("gpu_share.coordinator.api.auth") == ("api", 5)
 
 
 # What importing actually loads (the static checks cannot see import side effects).
@@ -192,3 +198,121 @@ def test_sdk_import_pulls_in_no_server_or_runtime(statement: str) -> None:
 def test_cli_entry_point_imports_no_server() -> None:
     loaded = modules_loaded_by("import gpu_share.cli.main")
     assert not loaded & set(HEAVY)
+
+
+def test_pages_and_the_api_share_request_helpers_only_through_http() -> None:
+    assert not _offenders(
+        "gpu_share.coordinator.web", ("gpu_share.coordinator.api",), top_only=False
+    )
+    assert not _offenders(
+        "gpu_share.coordinator.api", ("gpu_share.coordinator.web",), top_only=False
+    )
+
+
+# The services' domains and the domains each may use. The arrows run one way (a test below
+# sorts them); services/__init__.py and docs/architecture.md draw the same picture.
+SERVICES = PACKAGE / "coordinator" / "services"
+DOMAIN_USES: dict[str, set[str]] = {
+    "accounts": set(),
+    "mail": set(),
+    "artifacts": set(),
+    "nodes": {"accounts"},
+    "providers": {"nodes", "accounts", "mail"},
+    "money": {"providers", "nodes", "mail"},
+    "work": {"money", "nodes", "artifacts"},
+    "rentals": {"work", "money", "nodes"},
+    "sessions": {"work", "money", "nodes"},
+    "market": {"work", "nodes"},
+    "platform": {"nodes"},
+}
+
+
+def _public_modules(domain: str) -> set[str]:
+    """What a domain's `__init__` lists in `__all__`: the modules other domains may use."""
+    tree = ast.parse((SERVICES / domain / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                return set(ast.literal_eval(node.value))
+    raise AssertionError(f"services/{domain}/__init__.py declares no __all__")
+
+
+def _domain_of(module: str) -> tuple[str, str | None] | None:
+    """(domain, module inside it) of a services module; None outside services/."""
+    parts = module.split(".")
+    if parts[:3] != ["gpu_share", "coordinator", "services"] or len(parts) < 4:
+        return None
+    return parts[3], (parts[4] if len(parts) > 4 else None)
+
+
+def _cross_domain_imports() -> list[tuple[str, str, str, str | None]]:
+    """(importer, its domain, the imported domain, the imported module) across domains."""
+    found = []
+    for imp in IMPORTS:
+        here, there = _domain_of(imp.importer), _domain_of(imp.imported)
+        if here is not None and there is not None and here[0] != there[0]:
+            found.append((imp.importer, here[0], there[0], there[1]))
+    return found
+
+
+def test_services_are_one_package_per_domain_each_saying_what_it_owns() -> None:
+    loose = sorted(p.name for p in SERVICES.glob("*.py"))
+    assert loose == ["__init__.py"], f"services/ holds modules outside a domain: {loose}"
+    domains = sorted(p.name for p in SERVICES.iterdir() if (p / "__init__.py").is_file())
+    assert domains == sorted(DOMAIN_USES)
+    for domain in domains:
+        doc = ast.get_docstring(ast.parse((SERVICES / domain / "__init__.py").read_text()))
+        assert doc, f"services/{domain}/__init__.py says nothing of what the domain owns"
+        for public in _public_modules(domain):
+            assert (SERVICES / domain / f"{public}.py").is_file(), f"{domain}.{public}"
+
+
+def test_a_domain_uses_another_only_through_the_modules_it_makes_public() -> None:
+    wrong = [
+        f"{importer} uses {domain}.{module or '__init__'}, which {domain} does not make public"
+        for importer, _, domain, module in _cross_domain_imports()
+        if module not in _public_modules(domain)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_arrows_between_domains_are_the_ones_written_down() -> None:
+    wrong = sorted(
+        {
+            f"{here} uses {there} ({importer})"
+            for importer, here, there, _ in _cross_domain_imports()
+            if there not in DOMAIN_USES[here]
+        }
+    )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_arrows_between_domains_run_one_way() -> None:
+    placed: list[str] = []
+    left = dict(DOMAIN_USES)
+    while left:
+        ready = sorted(d for d, uses in left.items() if uses <= set(placed))
+        assert ready, f"the domains {sorted(left)} use each other in a circle"
+        placed.extend(ready)
+        for domain in ready:
+            del left[domain]
+
+
+def test_the_domain_checks_see_the_arrows_that_exist() -> None:
+    """The checks above would pass vacuously if no cross-domain import were seen."""
+    arrows = {(here, there) for _, here, there, _ in _cross_domain_imports()}
+    assert ("work", "money") in arrows and ("money", "nodes") in arrows
+
+
+def test_the_agents_benchmarks_take_the_agent_as_an_argument() -> None:
+    """They reach the coordinator through the `Uplink` they are handed, never by importing
+    the agent that imports them."""
+    allowed = ("gpu_share.agent.benchmarks", "gpu_share.protocol", "gpu_share.backoff")
+    assert not [
+        f"{imp.importer} imports {imp.imported}"
+        for imp in IMPORTS
+        if imp.importer.startswith("gpu_share.agent.benchmarks")
+        and imp.imported.startswith("gpu_share.")
+        and not any(imp.imported == a or imp.imported.startswith(a + ".") for a in allowed)
+    ]

@@ -10,7 +10,7 @@ import pytest
 from gpu_share.agent.cache import ArtifactCache, Fetched
 from gpu_share.agent.failures import JobFailed
 from gpu_share.agent.gpu import Gpu
-from gpu_share.agent.jobs import JobContext
+from gpu_share.agent.jobcontext import JobContext
 from gpu_share.agent.sandbox import SandboxedProcess, SandboxSpec
 from gpu_share.agent.sessions import SessionHost
 from gpu_share.netguard import SafeFetcher, UrlPolicy

@@ -6,16 +6,14 @@ import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
-import httpx
 import pytest
 from fastapi import FastAPI
 
 from gpu_share.cli.main import main
 from gpu_share.testing.clock import FrozenClock
-from gpu_share.testing.factories import ProviderHandle, TenantHandle
+from gpu_share.testing.factories import TenantHandle
+from gpu_share.testing.rentals import MODEL, Rentals
 from gpu_share.testing.servers import serve
-from gpu_share.testing.simulated_agent import AgentFactory
-from tests.coordinator.test_reservations import MODEL, gpu_node, top_up
 
 
 @pytest.fixture(autouse=True)
@@ -25,16 +23,10 @@ def no_ambient_config(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-async def node(
-    app: FastAPI,
-    client: httpx.AsyncClient,
-    tenant: TenantHandle,
-    provider: ProviderHandle,
-    sim_agent: AgentFactory,
-) -> str:
+async def node(tenant: TenantHandle, rentals: Rentals) -> str:
     """The id of a registered node with 2 GPUs, the tenant topped up."""
-    agent = await gpu_node(sim_agent, app, provider, count=2)
-    await top_up(client, tenant, "20")
+    agent = await rentals.node(count=2)
+    await rentals.top_up(tenant, "20")
     assert agent.node_id is not None
     return agent.node_id
 

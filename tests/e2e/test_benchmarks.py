@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gpu_share.coordinator.services import gpu_catalog
-from gpu_share.coordinator.services.benchmarks import CPU_THRESHOLDS
+from gpu_share.coordinator.services.nodes import gpu_catalog
+from gpu_share.coordinator.services.providers.benchmarks import CPU_THRESHOLDS
 from gpu_share.protocol.nodes import Tier
 from gpu_share.testing.factories import create_provider
 from gpu_share.testing.live import AGENT_START_TIMEOUT_SEC, Live

@@ -19,7 +19,7 @@ from gpu_share.coordinator.core.orm import (
     ProviderPriceRow,
 )
 from gpu_share.coordinator.core.settings import Settings
-from gpu_share.coordinator.services import billing, ledger
+from gpu_share.coordinator.services.money import billing, ledger
 from gpu_share.testing.clock import SystemClock
 from gpu_share.testing.factories import ADMIN
 from gpu_share.testing.live import Live, fast_settings

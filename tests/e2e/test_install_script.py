@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_share.coordinator.api.install import WHEEL_NAME
+from gpu_share.coordinator.api.public.install import WHEEL_NAME
 from gpu_share.testing.servers import free_port
 from gpu_share.testing.stack import LiveStack
 

@@ -282,7 +282,7 @@ async def test_the_sdk_recreates_a_session_whose_node_died_when_asked(live: Live
 async def test_a_forward_sent_while_starting_waits_for_ready(
     live: Live, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpu_share.coordinator.services import sessions as session_service
+    from gpu_share.coordinator.services.sessions import sessions as session_service
 
     live.agent()
     await channel_up(live)

@@ -10,7 +10,7 @@ from gpu_share.protocol.billing import Quote
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import HELLO_WORLD, ProviderHandle, TenantHandle
 from gpu_share.testing.simulated_agent import AgentFactory
-from tests.coordinator.test_billing import RATE, run_for, set_price, top_up
+from tests.coordinator.services.money.test_billing import RATE, run_for, set_price, top_up
 
 MNIST = str(HELLO_WORLD["model_url"])
 

@@ -13,9 +13,8 @@ from gpu_share.protocol.invokes import InvokeStatus
 from gpu_share.protocol.reservations import Reservation, ReservationQuote, ReservationStatus
 from gpu_share.sdk import RetryPolicy
 from gpu_share.testing.clock import FrozenClock
-from gpu_share.testing.factories import HELLO_WORLD, ProviderHandle, TenantHandle
-from gpu_share.testing.simulated_agent import AgentFactory
-from tests.coordinator.test_reservations import MODEL, balances, gpu_node, top_up
+from gpu_share.testing.factories import HELLO_WORLD, TenantHandle
+from gpu_share.testing.rentals import MODEL, Rentals
 
 MNIST = str(HELLO_WORLD["model_url"])
 
@@ -32,25 +31,22 @@ async def other_sdk(app: FastAPI, other_tenant: TenantHandle) -> AsyncIterator[A
 
 
 async def test_quote_reserve_list_get_and_cancel_round_trip(
-    app: FastAPI,
-    client: httpx.AsyncClient,
     sdk: AsyncClient,
     tenant: TenantHandle,
-    provider: ProviderHandle,
-    sim_agent: AgentFactory,
+    rentals: Rentals,
     clock: FrozenClock,
 ) -> None:
-    agent = await gpu_node(sim_agent, app, provider, count=2)
+    agent = await rentals.node(count=2)
     node_id = agent.node_id
     assert node_id is not None
-    await top_up(client, tenant, "20")
+    await rentals.top_up(tenant, "20")
     later = (clock.now() + timedelta(hours=2)).replace(second=0)
 
     quoted = await sdk.quote_reservation(node_id=node_id, gpus=2, starts_at=later, hours=3)
     assert isinstance(quoted, ReservationQuote)
     assert (quoted.node_id, quoted.gpus, quoted.gpu_model) == (node_id, 2, MODEL)
     assert (quoted.starts_at, quoted.hours, quoted.cost, quoted.covered) == (later, 3, "12", True)
-    assert await balances(app, tenant) == (20_000_000, 0)  # a quote holds nothing
+    assert await rentals.balances(tenant) == (20_000_000, 0)  # a quote holds nothing
 
     made = await sdk.reserve(node_id=node_id, gpus=2, starts_at=later.isoformat(), hours=3)
     assert isinstance(made, Reservation)
@@ -59,7 +55,7 @@ async def test_quote_reserve_list_get_and_cancel_round_trip(
         "12",
         [0, 1],
     )
-    assert await balances(app, tenant) == (8_000_000, 12_000_000)
+    assert await rentals.balances(tenant) == (8_000_000, 12_000_000)
 
     page = await sdk.reservations()
     assert [r.id for r in page.items] == [made.id]
@@ -67,23 +63,20 @@ async def test_quote_reserve_list_get_and_cancel_round_trip(
 
     canceled = await sdk.cancel_reservation(made.id)
     assert (canceled.status, canceled.cost) == (ReservationStatus.CANCELED, "0")  # not started
-    assert await balances(app, tenant) == (20_000_000, 0)
+    assert await rentals.balances(tenant) == (20_000_000, 0)
     assert (await sdk.get_reservation(made.id)).status is ReservationStatus.CANCELED
 
 
 async def test_refusals_arrive_as_the_sdk_errors_with_the_servers_message(
-    app: FastAPI,
-    client: httpx.AsyncClient,
     sdk: AsyncClient,
     other_sdk: AsyncClient,
     tenant: TenantHandle,
-    provider: ProviderHandle,
-    sim_agent: AgentFactory,
+    rentals: Rentals,
 ) -> None:
-    agent = await gpu_node(sim_agent, app, provider, count=1)
+    agent = await rentals.node(count=1)
     node_id = agent.node_id
     assert node_id is not None
-    await top_up(client, tenant, "20")
+    await rentals.top_up(tenant, "20")
     with pytest.raises(ValidationError, match="hours: Input should be greater than") as bad:
         await sdk.reserve(node_id=node_id, hours=0)
     assert bad.value.status is None  # checked with the server's model: never sent
@@ -108,17 +101,14 @@ async def test_refusals_arrive_as_the_sdk_errors_with_the_servers_message(
 
 
 async def test_an_invoke_names_the_reservation_it_runs_in(
-    app: FastAPI,
-    client: httpx.AsyncClient,
     sdk: AsyncClient,
     tenant: TenantHandle,
-    provider: ProviderHandle,
-    sim_agent: AgentFactory,
+    rentals: Rentals,
 ) -> None:
-    agent = await gpu_node(sim_agent, app, provider, count=1)
+    agent = await rentals.node(count=1)
     node_id = agent.node_id
     assert node_id is not None
-    await top_up(client, tenant, "5")
+    await rentals.top_up(tenant, "5")
     made = await sdk.reserve(node_id=node_id, hours=1)
     queued = await sdk.invoke("onnx_cuda", MNIST, reservation_id=made.id)
     assert (queued.reservation_id, queued.status) == (made.id, InvokeStatus.QUEUED)

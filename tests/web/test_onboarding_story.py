@@ -29,7 +29,7 @@ from tests.e2e.test_install_script import (
     venv_with_this_environments_packages,
 )
 from tests.web.conftest import Browsing, screenshot, sign_in
-from tests.web.test_tenant_pages import nav, upload
+from tests.web.tenant.test_console import nav, upload
 
 pytestmark = pytest.mark.slow
 

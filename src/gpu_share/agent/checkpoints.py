@@ -47,6 +47,18 @@ class CheckpointKeeper:
         self._refused = False  # the tenant's storage was full: said once in the job's log
         self.uploaded = 0
 
+    async def prepare(self) -> dict[str, object]:
+        """Make the job's snapshot folder and restore the lease's checkpoint into the job;
+        the runtime's options: where and how often to write snapshots, what to resume from."""
+        (self._job_dir / SNAPSHOT_PATH).parent.mkdir(exist_ok=True)
+        options: dict[str, object] = {
+            "snapshot_path": SNAPSHOT_PATH,
+            "snapshot_interval_sec": max(1, round(self.interval_sec)),
+        }
+        if (restored := await self.restore()) is not None:
+            options["resume_from"] = restored
+        return options
+
     async def restore(self) -> str | None:
         """Download the lease's checkpoint into the job; returns its job-relative path."""
         ref = self._lease.checkpoint

@@ -34,8 +34,8 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from gpu_share.agent.failures import JobFailed
 from gpu_share.agent.fetching import fetch
 from gpu_share.agent.gpu import Gpu
+from gpu_share.agent.jobcontext import JobContext
 from gpu_share.agent.jobfiles import UnsafeJobFile, read_small
-from gpu_share.agent.jobs import JobContext
 from gpu_share.agent.runtimes.jobspec import JobSpec, RuntimeResult
 from gpu_share.agent.sandbox import SandboxedProcess, SandboxSpec
 from gpu_share.backoff import Backoff

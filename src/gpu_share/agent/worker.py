@@ -32,7 +32,8 @@ from gpu_share.agent.client import (
     is_transient,
 )
 from gpu_share.agent.gpu import Gpu, Nvml
-from gpu_share.agent.jobs import Job, JobContext
+from gpu_share.agent.jobcontext import JobContext
+from gpu_share.agent.jobs import Job
 from gpu_share.agent.sandbox import Sandbox, detect_sandbox
 from gpu_share.agent.sessions import SessionHost
 from gpu_share.agent.settings import AgentSettings
@@ -40,6 +41,7 @@ from gpu_share.agent.warm import WarmPool, node_keys
 from gpu_share.backoff import Backoff
 from gpu_share.netguard import SafeFetcher, UrlPolicy
 from gpu_share.protocol import agent as wire
+from gpu_share.protocol.benchmarks import BenchmarkReport, BenchmarkRun
 from gpu_share.protocol.runtimes import RuntimeName
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,32 @@ def save_identity(path: Path, identity: Identity) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(identity.__dict__, f)
+
+
+class CoordinatorUplink:
+    """The agent's client as the benchmarks take it (`benchmarks.uplink.Uplink`): its
+    benchmark calls, and what its failures mean."""
+
+    def __init__(self, client: CoordinatorClient) -> None:
+        self.client = client
+
+    async def report_benchmark(self, report: BenchmarkReport) -> BenchmarkRun:
+        return await self.client.report_benchmark(report)
+
+    async def benchmark_ping(self) -> None:
+        await self.client.benchmark_ping()
+
+    async def benchmark_download(self, nbytes: int, seconds: float) -> int:
+        return await self.client.benchmark_download(nbytes, seconds)
+
+    async def benchmark_upload(self, nbytes: int, seconds: float) -> int:
+        return await self.client.benchmark_upload(nbytes, seconds)
+
+    def describe(self, exc: BaseException) -> str:
+        return describe(exc)
+
+    def refused(self, exc: BaseException) -> bool:
+        return isinstance(exc, CoordinatorError) and not is_transient(exc)
 
 
 class Agent:
@@ -313,7 +341,7 @@ class Agent:
                 stop,
                 node_id=self.node_id,
                 gpus=[g.info for g in self.gpus],
-                client=self.client,
+                uplink=CoordinatorUplink(self.client),
                 busy=self.busy,
             )
         except Exception:  # a benchmark must never take the agent down

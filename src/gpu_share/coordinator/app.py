@@ -17,32 +17,34 @@ from starlette.requests import ClientDisconnect
 
 from gpu_share._version import API_VERSION
 from gpu_share.coordinator import migrate
-from gpu_share.coordinator.api import (
-    admin,
-    admin_billing,
-    admin_payouts,
-    admin_providers,
-    agent,
-    agent_sessions,
-    applications,
-    artifacts,
-    benchmarks,
-    billing,
-    docs,
+from gpu_share.coordinator.api import docs
+from gpu_share.coordinator.api.admin import accounts as admin_accounts
+from gpu_share.coordinator.api.admin import billing as admin_billing
+from gpu_share.coordinator.api.admin import payouts as admin_payouts
+from gpu_share.coordinator.api.admin import providers as admin_providers
+from gpu_share.coordinator.api.agent import benchmarks as agent_benchmarks
+from gpu_share.coordinator.api.agent import node as agent_node
+from gpu_share.coordinator.api.agent import sessions as agent_sessions
+from gpu_share.coordinator.api.limits import RequestLimitMiddleware, limits_of
+from gpu_share.coordinator.api.provider import account as provider_account
+from gpu_share.coordinator.api.provider import payouts as provider_payouts
+from gpu_share.coordinator.api.provider import prices as provider_prices
+from gpu_share.coordinator.api.provider import reliability as provider_reliability
+from gpu_share.coordinator.api.public import (
     health,
     install,
+    provider_applications,
+    tenant_applications,
+)
+from gpu_share.coordinator.api.tenant import (
+    artifacts,
     invokes,
     nodes,
     offers,
-    payouts,
-    prices,
-    provider,
-    provider_applications,
-    reliability,
     reservations,
     sessions,
 )
-from gpu_share.coordinator.api.limits import RequestLimitMiddleware, limits_of
+from gpu_share.coordinator.api.tenant import billing as tenant_billing
 from gpu_share.coordinator.core.clock import Clock, SystemClock
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.errors import ApiError
@@ -64,7 +66,7 @@ from gpu_share.coordinator.replica.key_cache import KeyCache
 from gpu_share.coordinator.replica.notify import notifier_for
 from gpu_share.coordinator.replica.session_hub import SessionHub
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services.accounts import ensure_admin_key
+from gpu_share.coordinator.services.accounts.accounts import ensure_admin_key
 from gpu_share.coordinator.storage import ArtifactStore, LocalArtifactStore
 from gpu_share.coordinator.web import site
 from gpu_share.netguard import SafeFetcher, UrlPolicy
@@ -250,7 +252,7 @@ def create_app(
     # server's CPU under agent load went to matching): the agents' and tenants' hot
     # paths first, the pages after the API.
     for module in (
-        agent,
+        agent_node,
         invokes,
         sessions,
         agent_sessions,
@@ -258,17 +260,17 @@ def create_app(
         health,
         nodes,
         offers,
-        applications,
-        benchmarks,
-        admin,
+        tenant_applications,
+        agent_benchmarks,
+        admin_accounts,
         admin_providers,
         provider_applications,
-        provider,
-        reliability,
-        prices,
-        payouts,
+        provider_account,
+        provider_reliability,
+        provider_prices,
+        provider_payouts,
         admin_payouts,
-        billing,
+        tenant_billing,
         admin_billing,
         reservations,
         install,

@@ -19,7 +19,8 @@ from gpu_share.coordinator.core.clock import Clock
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.orm import ApiKeyRow
 from gpu_share.coordinator.core.settings import Settings
-from gpu_share.coordinator.services import accounts, providers
+from gpu_share.coordinator.services.accounts import accounts
+from gpu_share.coordinator.services.providers import providers
 from gpu_share.protocol.accounts import Role, TenantCreate
 from gpu_share.protocol.providers import ProviderCreate
 

@@ -14,6 +14,14 @@ from gpu_share.protocol.runtimes import RuntimeName
 
 MAX_URL_LENGTH = 4096
 
+# The invoke seed 000 shows (SPEC §1): the API document's example and the console's default.
+HELLO_WORLD: dict[str, Any] = {
+    "runtime": "onnx_cuda",
+    "model_url": "https://github.com/onnx/models/raw/main/validated/vision/classification/mnist/model/mnist-12.onnx",
+    "inputs_url": "",
+    "timeout_sec": 600,
+}
+
 
 class InvokeStatus(StrEnum):
     QUEUED = "queued"

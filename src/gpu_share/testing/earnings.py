@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 from gpu_share.coordinator.core.clock import FrozenClock
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.ids import new_id
-from gpu_share.coordinator.services import ledger
-from gpu_share.coordinator.services.ledger import ChargeDetails, Entry, TransactionKind
+from gpu_share.coordinator.services.money import ledger
+from gpu_share.coordinator.services.money.ledger import ChargeDetails, Entry, TransactionKind
 
 
 def move_to(clock: FrozenClock, moment: datetime) -> None:

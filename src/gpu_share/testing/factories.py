@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from gpu_share.protocol.invokes import HELLO_WORLD as HELLO_WORLD  # the tests submit it
+
 TEST_ADMIN_KEY = "gpu_admin_" + "test0admin0key0" * 3
 
 
@@ -54,11 +56,3 @@ async def create_provider(client: httpx.AsyncClient, name: str = "GPU Farm") -> 
     return ProviderHandle(
         id=body["id"], key=body["api_key"], enrollment_token=body["enrollment_token"]
     )
-
-
-HELLO_WORLD = {
-    "runtime": "onnx_cuda",
-    "model_url": "https://github.com/onnx/models/raw/main/validated/vision/classification/mnist/model/mnist-12.onnx",
-    "inputs_url": "",
-    "timeout_sec": 600,
-}

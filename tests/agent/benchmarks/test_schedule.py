@@ -20,13 +20,13 @@ from pydantic import SecretStr
 from gpu_share.agent.benchmarks.local import InThread, LocalJob, LocalResults
 from gpu_share.agent.benchmarks.schedule import BenchmarkSchedule
 from gpu_share.agent.benchmarks.suite import BenchmarkSuite
-from gpu_share.agent.client import CoordinatorClient
+from gpu_share.agent.client import CoordinatorClient, CoordinatorError
 from gpu_share.agent.gpu import Nvml
 from gpu_share.agent.sandbox import ProcessSandbox
 from gpu_share.agent.settings import AgentSettings
-from gpu_share.agent.worker import Agent
+from gpu_share.agent.worker import Agent, CoordinatorUplink
 from gpu_share.coordinator.core.settings import Settings
-from gpu_share.coordinator.services import gpu_catalog
+from gpu_share.coordinator.services.nodes import gpu_catalog
 from gpu_share.protocol.benchmarks import BenchmarkTrigger, CpuMeasurement, GpuMeasurement
 from gpu_share.protocol.nodes import GpuInfo
 from gpu_share.testing.factories import ADMIN, ProviderHandle
@@ -196,7 +196,7 @@ async def running_schedule(
 ) -> tuple[asyncio.Event, Callable[[], Awaitable[None]]]:
     stop = asyncio.Event()
     task = asyncio.create_task(
-        schedule.run(stop, node_id=node_id, gpus=[], client=client, busy=busy)
+        schedule.run(stop, node_id=node_id, gpus=[], uplink=CoordinatorUplink(client), busy=busy)
     )
 
     async def finish() -> None:
@@ -269,3 +269,23 @@ async def test_a_request_heard_during_a_run_or_from_before_its_report_is_not_a_n
     assert schedule.requested is False
     schedule.heard(True, asked_at=settled + 1)
     assert schedule.due("nod_x") is BenchmarkTrigger.REQUESTED
+
+
+@pytest.mark.parametrize(
+    ("error", "refused"),
+    [
+        (CoordinatorError(422, "VALIDATION_ERROR", "bad report"), True),
+        (CoordinatorError(403, "FORBIDDEN", "not this node"), True),
+        (CoordinatorError(503, "UNAVAILABLE", "starting"), False),
+        (CoordinatorError(429, "RATE_LIMITED", "slow down"), False),
+        (httpx.ConnectError("connection refused"), False),
+        (RuntimeError("anything else"), False),
+    ],
+)
+def test_the_agents_uplink_counts_only_a_coordinators_lasting_no_as_refused(
+    error: BaseException, refused: bool
+) -> None:
+    """A refused report is settled, not sent again; an outage, a 5xx or a 429 is retried."""
+    uplink = CoordinatorUplink(CoordinatorClient("http://127.0.0.1:9"))
+    assert uplink.refused(error) is refused
+    assert uplink.describe(httpx.ReadTimeout("slow")) == "timed out"

@@ -1,7 +1,7 @@
 """The way to the coordinator: round trips, then download and upload throughput.
 
-Measured over the agent's own client (its connection pool, its TLS), against endpoints
-made for it (`/v1/agent/benchmarks/ping|download|upload`). The first ping opens the
+Measured over the agent's own connection (its pool, its TLS: see `uplink`), against
+endpoints made for it (`/v1/agent/benchmarks/ping|download|upload`). The first ping opens the
 connection and is not counted; each transfer stops at its byte count or its time
 budget, whichever comes first, so a slow link costs seconds, not minutes.
 """
@@ -9,7 +9,7 @@ budget, whichever comes first, so a slow link costs seconds, not minutes.
 import statistics
 import time
 
-from gpu_share.agent.client import CoordinatorClient
+from gpu_share.agent.benchmarks.uplink import Uplink
 from gpu_share.protocol.benchmarks import NetworkMeasurement
 
 MiB = 1024 * 1024
@@ -24,24 +24,24 @@ def _mbps(nbytes: int, seconds: float) -> float:
 
 
 async def measure_network(
-    client: CoordinatorClient,
+    uplink: Uplink,
     *,
     pings: int = PINGS,
     download_bytes: int = DOWNLOAD_BYTES,
     upload_bytes: int = UPLOAD_BYTES,
     transfer_sec: float = TRANSFER_SEC,
 ) -> NetworkMeasurement:
-    await client.benchmark_ping()
+    await uplink.benchmark_ping()
     round_trips = []
     for _ in range(pings):
         started = time.perf_counter()
-        await client.benchmark_ping()
+        await uplink.benchmark_ping()
         round_trips.append((time.perf_counter() - started) * 1000)
     started = time.perf_counter()
-    received = await client.benchmark_download(download_bytes, transfer_sec)
+    received = await uplink.benchmark_download(download_bytes, transfer_sec)
     download = _mbps(received, time.perf_counter() - started)
     started = time.perf_counter()
-    sent = await client.benchmark_upload(upload_bytes, transfer_sec)
+    sent = await uplink.benchmark_upload(upload_bytes, transfer_sec)
     upload = _mbps(sent, time.perf_counter() - started)
     return NetworkMeasurement(
         rtt_ms=statistics.median(round_trips), download_mbps=download, upload_mbps=upload

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gpu_share.agent.benchmarks.suite import BenchmarkSuite
-from gpu_share.agent.client import CoordinatorClient, CoordinatorError, describe, is_transient
+from gpu_share.agent.benchmarks.uplink import Uplink
 from gpu_share.backoff import Backoff
 from gpu_share.protocol.benchmarks import BenchmarkReport, BenchmarkTrigger
 from gpu_share.protocol.nodes import GpuInfo
@@ -118,7 +118,7 @@ class BenchmarkSchedule:
         *,
         node_id: str,
         gpus: list[GpuInfo],
-        client: CoordinatorClient,
+        uplink: Uplink,
         busy: Callable[[], bool],
     ) -> None:
         """Benchmark whenever a run is due and the node is quiet, until `stop`."""
@@ -140,7 +140,7 @@ class BenchmarkSchedule:
             if not await self._quiet(stop, busy):
                 return
             try:
-                report = await self._measure_unless_busy(stop, busy, trigger, gpus, client)
+                report = await self._measure_unless_busy(stop, busy, trigger, gpus, uplink)
             except Exception:
                 log.exception("the benchmark failed; it runs again later")
                 if not await retry.sleep(stop):
@@ -148,7 +148,7 @@ class BenchmarkSchedule:
                 continue
             if report is None:
                 continue
-            if await self._report(node_id, report, client):
+            if await self._report(node_id, report, uplink):
                 retry.reset()
             elif not await retry.sleep(stop):
                 return
@@ -173,11 +173,11 @@ class BenchmarkSchedule:
         busy: Callable[[], bool],
         trigger: BenchmarkTrigger,
         gpus: list[GpuInfo],
-        client: CoordinatorClient,
+        uplink: Uplink,
     ) -> BenchmarkReport | None:
         log.info("benchmark (%s) starting", trigger.value)
         self.running = True
-        task = asyncio.create_task(self.suite.run(trigger, gpus, client), name="agent:benchmark")
+        task = asyncio.create_task(self.suite.run(trigger, gpus, uplink), name="agent:benchmark")
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=self.poll_sec)
@@ -197,18 +197,17 @@ class BenchmarkSchedule:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def _report(
-        self, node_id: str, report: BenchmarkReport, client: CoordinatorClient
-    ) -> bool:
+    async def _report(self, node_id: str, report: BenchmarkReport, uplink: Uplink) -> bool:
         """Send the run; True once the coordinator has it (or refused it for good)."""
         try:
-            run = await client.report_benchmark(report)
+            run = await uplink.report_benchmark(report)
         except Exception as exc:
-            if isinstance(exc, CoordinatorError) and not is_transient(exc):
+            if uplink.refused(exc):
                 log.error("the coordinator refused the benchmark report: %s", exc)
                 self._settle(node_id)
                 return True
-            log.warning("could not report the benchmark (%s); it runs again later", describe(exc))
+            why = uplink.describe(exc)
+            log.warning("could not report the benchmark (%s); it runs again later", why)
             return False
         self._settle(node_id)
         self.reported.append(report)

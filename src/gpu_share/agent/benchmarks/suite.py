@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpu_share.agent.benchmarks import compute, network, storage
 from gpu_share.agent.benchmarks.local import InChildProcess, LocalJob, LocalMeasurer, LocalResults
-from gpu_share.agent.client import CoordinatorClient, describe
+from gpu_share.agent.benchmarks.uplink import Uplink
 from gpu_share.protocol.benchmarks import (
     MAX_ERROR_CHARS,
     MAX_ERRORS,
@@ -49,7 +49,7 @@ class BenchmarkSuite:
         self.now = now
 
     async def run(
-        self, trigger: BenchmarkTrigger, gpus: list[GpuInfo], client: CoordinatorClient
+        self, trigger: BenchmarkTrigger, gpus: list[GpuInfo], uplink: Uplink
     ) -> BenchmarkReport:
         started_at = self.now()
         started = time.perf_counter()
@@ -64,13 +64,14 @@ class BenchmarkSuite:
         try:
             local = await self.measurer.measure(job)
         except Exception as exc:
-            errors.append(f"measuring this machine failed: {describe(exc)}")
+            errors.append(f"measuring this machine failed: {uplink.describe(exc)}")
             local = LocalResults()
         measured_network: NetworkMeasurement | None = None
         try:
-            measured_network = await network.measure_network(client)
+            measured_network = await network.measure_network(uplink)
         except Exception as exc:
-            errors.append(f"measuring the network to the coordinator failed: {describe(exc)}")
+            why = uplink.describe(exc)
+            errors.append(f"measuring the network to the coordinator failed: {why}")
         return BenchmarkReport(
             trigger=trigger,
             started_at=started_at,

@@ -7,7 +7,7 @@
 | processes | cgroup `pids` (fork fails) | not limited |
 | open files | RLIMIT_NOFILE | |
 | disk | the agent measures the job folder and kills the job past it; RLIMIT_FSIZE per file | |
-| wall time | the agent kills the job at `timeout_sec` (`jobs.py`) | |
+| wall time | the agent kills the job at `timeout_sec` (`running.py`) | |
 
 The process count has no rlimit to fall back on: RLIMIT_NPROC counts every process
 of the user (inside bwrap's user namespace too, the kernel also counts the agent's
@@ -45,7 +45,7 @@ DISK_POLL_SEC = 1.0
 
 @dataclass(frozen=True)
 class JobLimits:
-    """What one job may use; None: not limited. See `jobs.job_limits()` for the defaults."""
+    """What one job may use; None: not limited. See `jobcontext.job_limits()` for the defaults."""
 
     memory_bytes: int | None = None
     cpus: float | None = None

@@ -1,1 +1,4 @@
-"""Thin routers: parse, authorize through a dependency, call one service, return."""
+"""Thin JSON routers by audience: parse, authorize through a dependency (`auth`), call one
+service, return. `public/` needs no key; `tenant/`, `provider/` and `admin/` take their
+role's key; `agent/` is the protocol agents speak with a node key. `auth`, `deps`,
+`paths`, `responses`, `limits` and `docs` are what the routers share."""

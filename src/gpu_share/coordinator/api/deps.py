@@ -1,24 +1,14 @@
-"""What routers depend on: the replica, the services built from it, links to this server."""
+"""What the API's routers depend on besides the replica (`http/replica.py`): the services
+built from it."""
 
 from typing import Annotated
 
 from fastapi import Depends, Request
-from starlette.requests import HTTPConnection
 
+from gpu_share.coordinator.http.replica import ReplicaDep, base_url
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services.claims import LeaseContext
-from gpu_share.coordinator.services.invokes import origins_of
-from gpu_share.coordinator.services.sessions import Sessions
-
-
-# Dependencies are `async def` even when they do not await: FastAPI runs a plain `def`
-# dependency in a worker thread, a hop that cost every request about half a millisecond.
-async def get_replica(connection: HTTPConnection) -> Replica:
-    replica: Replica = connection.app.state.replica
-    return replica
-
-
-ReplicaDep = Annotated[Replica, Depends(get_replica)]
+from gpu_share.coordinator.services.sessions.sessions import Sessions
+from gpu_share.coordinator.services.work.claims import LeaseContext
 
 
 async def get_sessions(replica: ReplicaDep) -> Sessions:
@@ -26,21 +16,6 @@ async def get_sessions(replica: ReplicaDep) -> Sessions:
 
 
 SessionsDep = Annotated[Sessions, Depends(get_sessions)]
-
-
-def client_address(connection: HTTPConnection) -> str:
-    """The caller's address, as the server saw it (behind a trusted proxy: the forwarded one)."""
-    return connection.client.host if connection.client else "unknown"
-
-
-def base_url(replica: Replica, request: Request) -> str:
-    """The public URL to put into links: configured, else what this request came in on."""
-    return replica.settings.public_base_url or str(request.base_url).rstrip("/")
-
-
-def origins(replica: Replica, request: Request) -> set[str]:
-    """The origins under which this server's own artifact URLs may arrive."""
-    return origins_of(replica.settings.public_base_url, str(request.base_url))
 
 
 def lease_context(replica: Replica, request: Request) -> LeaseContext:

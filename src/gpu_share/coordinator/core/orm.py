@@ -479,7 +479,7 @@ class LedgerEntryRow(Base):
         BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
     )
     transaction_id: Mapped[str] = mapped_column(ForeignKey("ledger_transactions.id"), index=True)
-    # Not a foreign key: shared accounts (world, commission) have no row (services/ledger.py).
+    # Not a foreign key: shared accounts (world, commission) have no row (services/money/ledger.py).
     account_id: Mapped[str] = mapped_column(String(120))
     amount_micro: Mapped[int] = mapped_column(BigInteger)  # the books sum to zero
     created_at: Mapped[datetime]

@@ -3,7 +3,7 @@
 import logging
 
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import artifacts
+from gpu_share.coordinator.services.artifacts import artifacts
 
 log = logging.getLogger(__name__)
 

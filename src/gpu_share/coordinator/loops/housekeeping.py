@@ -1,7 +1,8 @@
 """Forgets what is only kept for a while: old rate-limit windows, old telemetry samples."""
 
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import nodes, presence, rate_limits
+from gpu_share.coordinator.services.accounts import rate_limits
+from gpu_share.coordinator.services.nodes import nodes, presence
 
 
 async def run_once(replica: Replica) -> None:

@@ -4,7 +4,7 @@ import logging
 
 from gpu_share.coordinator.replica.notify import Channel
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import leases
+from gpu_share.coordinator.services.work import leases
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 import logging
 
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import mail_delivery
+from gpu_share.coordinator.services.mail import delivery
 
 log = logging.getLogger(__name__)
 
@@ -11,7 +11,7 @@ log = logging.getLogger(__name__)
 async def run_once(replica: Replica) -> tuple[int, int]:
     if not replica.settings.smtp_host:
         return 0, 0
-    sent, failed = await mail_delivery.deliver_due(replica.db, replica.clock, replica.settings)
+    sent, failed = await delivery.deliver_due(replica.db, replica.clock, replica.settings)
     if sent or failed:
         log.info("mail: %d sent, %d to retry", sent, failed)
     return sent, failed

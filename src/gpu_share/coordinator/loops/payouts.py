@@ -3,13 +3,13 @@
 Each due period (weekly on Mondays, monthly on the first business day, UTC) is one
 write transaction: the replica whose insert of the batch row wins makes its payouts;
 every other run, on this replica later or on another at the same moment, finds the
-batch there and does nothing (see `services/payouts.py`).
+batch there and does nothing (see `services/money/payouts.py`).
 """
 
 from datetime import UTC
 
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import payouts
+from gpu_share.coordinator.services.money import payouts
 
 
 async def run_once(replica: Replica) -> list[str]:

@@ -4,7 +4,7 @@ holds its GPUs (services/preemption)."""
 import logging
 
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import preemption
+from gpu_share.coordinator.services.work import preemption
 
 log = logging.getLogger(__name__)
 

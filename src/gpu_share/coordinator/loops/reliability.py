@@ -6,7 +6,7 @@ computed. Replicas may run it at the same time: each writes the same values.
 """
 
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import reliability
+from gpu_share.coordinator.services.providers import reliability
 
 
 async def run_once(replica: Replica) -> None:

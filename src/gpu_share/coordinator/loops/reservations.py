@@ -2,16 +2,17 @@
 
 Every replica runs it: activation is one guarded UPDATE, each end is claimed with
 `SKIP LOCKED` and guarded by its status, and its charge is posted once by cause
-(`services/reservation_billing.py`). Sessions opened in a reservation that is over are closed
-by the replica holding them.
+(`services/rentals/reservation_billing.py`). Sessions opened in a reservation that is
+over are closed by the replica holding them.
 """
 
 from sqlalchemy import select
 
 from gpu_share.coordinator.core.orm import ReservationRow, SessionRow
+from gpu_share.coordinator.core.statuses import LIVE, OPEN_SESSION_VALUES
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import reservation_billing, reservations
-from gpu_share.coordinator.services.sessions import OPEN_VALUES, Sessions
+from gpu_share.coordinator.services.rentals import reservation_billing
+from gpu_share.coordinator.services.sessions.sessions import Sessions
 
 
 async def run_once(replica: Replica) -> reservation_billing.LoopReport:
@@ -28,8 +29,8 @@ async def run_once(replica: Replica) -> reservation_billing.LoopReport:
                 .join(ReservationRow, ReservationRow.id == SessionRow.reservation_id)
                 .where(
                     SessionRow.id.in_(held),
-                    SessionRow.status.in_(OPEN_VALUES),
-                    ReservationRow.status.not_in(reservations.LIVE),
+                    SessionRow.status.in_(OPEN_SESSION_VALUES),
+                    ReservationRow.status.not_in(LIVE),
                 )
             )
         ).all()

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 
-from gpu_share.coordinator.services import gpu_catalog
+from gpu_share.coordinator.services.nodes import gpu_catalog
 from gpu_share.protocol import provider_applications as wire
 
 GPU_FIELDS = (

@@ -17,15 +17,16 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.datastructures import FormData
 
-from gpu_share.coordinator.api.deps import ReplicaDep
 from gpu_share.coordinator.core.principals import (
     AdminCaller,
     Principal,
     ProviderCaller,
     TenantCaller,
 )
+from gpu_share.coordinator.http.replica import ReplicaDep
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services import accounts, gpu_catalog
+from gpu_share.coordinator.services.accounts import accounts
+from gpu_share.coordinator.services.nodes import gpu_catalog
 from gpu_share.coordinator.web import TEMPLATE_DIR, session
 from gpu_share.coordinator.web.application_form import entry_indices, label_of
 from gpu_share.coordinator.web.formatting import FILTERS

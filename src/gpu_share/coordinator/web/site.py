@@ -7,43 +7,51 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from gpu_share.coordinator.web import (
-    STATIC_DIR,
-    admin,
-    admin_payouts,
-    provider,
-    provider_benchmarks,
-    provider_earnings,
-    provider_payouts,
-    provider_performance,
-    provider_pricing,
-    public,
-    tenant,
-    tenant_billing,
-    tenant_marketplace,
-    tenant_reservations,
-)
+from gpu_share.coordinator.web import STATIC_DIR
+from gpu_share.coordinator.web.admin import accounts, applications, nodes, overview
+from gpu_share.coordinator.web.admin import payouts as payout_batches
 from gpu_share.coordinator.web.pages import PageForbidden, SignInRequired, browser_of
+from gpu_share.coordinator.web.provider import (
+    benchmarks,
+    earnings,
+    machines,
+    payouts,
+    performance,
+    pricing,
+)
+from gpu_share.coordinator.web.public import apply, signin
+from gpu_share.coordinator.web.tenant import console, invokes, marketplace, reservations, usage
 
 STATIC_PATH = "/static"
 
 
 def install(app: FastAPI) -> None:
     app.mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static")
+    # Routes match in the order they are added: the provider's tabs come before their
+    # machines page, whose /provider/{tab} answers any other tab.
     for module in (
-        public,
-        admin,
-        admin_payouts,
-        provider_benchmarks,
-        provider_earnings,
-        provider_payouts,
-        provider_performance,
-        provider_pricing,
-        provider,
-        tenant_marketplace,
-        tenant_reservations,
-        tenant_billing,
-        tenant,
+        # public/
+        signin,
+        apply,
+        # admin/
+        overview,
+        applications,
+        accounts,
+        nodes,
+        payout_batches,
+        # provider/
+        benchmarks,
+        earnings,
+        payouts,
+        performance,
+        pricing,
+        machines,
+        # tenant/
+        marketplace,
+        reservations,
+        usage,
+        invokes,
+        console,
     ):
         app.include_router(module.router)
 

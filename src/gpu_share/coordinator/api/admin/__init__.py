@@ -1,0 +1,2 @@
+"""The admin's API (Bearer gpu_admin_…): tenants and keys, provider applications, balances,
+payout batches."""

@@ -1,0 +1,61 @@
+"""A provider's own view (Bearer gpu_pk_…): their account, their machines and the machines'
+benchmark runs."""
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from gpu_share.coordinator.api.auth import ProviderPrincipal
+from gpu_share.coordinator.api.paths import NodeId
+from gpu_share.coordinator.api.responses import AUTH, errors
+from gpu_share.coordinator.http.replica import ReplicaDep
+from gpu_share.coordinator.services.nodes import nodes
+from gpu_share.coordinator.services.providers import benchmarks, providers
+from gpu_share.protocol import benchmarks as wire
+from gpu_share.protocol.providers import Provider, ProviderNode
+
+router = APIRouter(prefix="/v1/provider", tags=["provider"])
+
+
+@router.get("/me", response_model=Provider, responses=errors(*AUTH))
+async def me(provider: ProviderPrincipal, replica: ReplicaDep) -> Provider:
+    async with replica.db.read() as session:
+        return await providers.get(session, provider.provider_id)
+
+
+@router.get("/nodes", response_model=list[ProviderNode], responses=errors(*AUTH, 422))
+async def my_nodes(
+    provider: ProviderPrincipal,
+    replica: ReplicaDep,
+    history_minutes: Annotated[
+        int, Query(ge=0, le=60, description="Include this many minutes of telemetry")
+    ] = 0,
+) -> list[ProviderNode]:
+    """Your machines: status, GPUs, the last telemetry and, if asked, its recent history."""
+    async with replica.db.read() as session:
+        return await nodes.of_provider(
+            session,
+            provider.provider_id,
+            replica.clock.now(),
+            replica.settings,
+            history=timedelta(minutes=history_minutes),
+        )
+
+
+@router.get(
+    "/nodes/{node_id}/benchmarks",
+    response_model=list[wire.BenchmarkRun],
+    responses=errors(*AUTH, 404, 422),
+    tags=["benchmarks"],
+)
+async def provider_history(
+    node_id: NodeId,
+    provider: ProviderPrincipal,
+    replica: ReplicaDep,
+    limit: Annotated[int, Query(ge=1, le=benchmarks.HISTORY_LIMIT)] = 20,
+) -> list[wire.BenchmarkRun]:
+    """Your node's runs, newest first, with every figure, its reference and the verdicts."""
+    async with replica.db.read() as session:
+        await benchmarks.node_of_provider(session, node_id, provider.provider_id)
+        return await benchmarks.history(session, node_id, limit)

@@ -1,0 +1,366 @@
+"""What invokes cost (SPEC §4.3, §4.4; docs/billing.md): reserve at submit, meter, settle.
+
+- At submit (prepaid billing), the most an invoke can cost is moved from the tenant's
+  balance to its reserve in the transaction that creates it: `timeout_sec` at the
+  highest on-demand hourly rate among the online nodes that could serve it (spot work
+  too), or the tenant's `max_cost` if lower. The per-GPU-hour rate that reserve
+  covers joins the request's own `max_price_per_gpu_hour`, so placement
+  (`placement.unmet`) only hands it to a node whose rate fits what was reserved.
+- When a node takes it, the rate is fixed: the node's hourly rate × max(gpus, 1).
+- It is metered from `started_at` to `finished_at`, per millisecond, rounded down to
+  the micro-USDC, never past `timeout_sec` and never above the reserve. Failures on
+  the provider's side (`PROVIDER_SIDE`, the reliability score's definition) cost
+  nothing; a requeued invoke is metered for its final attempt only (a requeue clears
+  `started_at`), except for the progress a preempted spot attempt kept.
+- A preempted attempt (`charge_preempted`, at its requeue) is metered from its start to
+  its last uploaded checkpoint, the work the next attempt resumes from; what ran after
+  that checkpoint is lost to the preemption and costs nothing, and an attempt that
+  saved none costs nothing. One CHARGE per attempt, cause
+  ``invoke:{id}:attempt:{n}:preempted``, taken from the reserve; the settlement then
+  charges the final attempt from what is left of it.
+- `settle` runs in the transaction of the final status change (`invoke_state` calls
+  it): one CHARGE (reserve → provider, commission, the rest back to the balance) or
+  one RELEASE, under the cause ``invoke:{id}:settle``, posted once whatever retries.
+"""
+
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.core.orm import ArtifactRow, InvokeRow, LedgerTransactionRow, NodeRow
+from gpu_share.coordinator.core.settings import BillingMode, Settings
+from gpu_share.coordinator.services.money import ledger
+from gpu_share.coordinator.services.money.ledger import ChargeDetails, TransactionKind
+from gpu_share.coordinator.services.nodes import prices
+from gpu_share.coordinator.services.nodes.placement import Requirements, serves
+from gpu_share.coordinator.services.nodes.prices import CPU_MODEL
+from gpu_share.coordinator.services.providers.reliability_formula import PROVIDER_SIDE
+from gpu_share.protocol.money import usdc_text
+
+MS_PER_HOUR = 3_600_000
+
+
+def units(gpus: int) -> int:
+    """GPUs billed: a CPU job (gpus 0) is billed as one unit."""
+    return max(gpus, 1)
+
+
+def metered(rate_micro_per_hour: int, milliseconds: int) -> int:
+    """Per-second metering, rounded down to the micro-USDC."""
+    return rate_micro_per_hour * max(milliseconds, 0) // MS_PER_HOUR
+
+
+def most_for(rate_micro_per_hour: int, seconds: int) -> int:
+    """The most `seconds` can cost at this rate, rounded up: what a reserve must hold."""
+    return -(-rate_micro_per_hour * seconds // 3600)
+
+
+def rate_cap(reserved_micro: int, seconds: int, gpus: int) -> int:
+    """The highest per-GPU-hour rate whose `seconds` of `units(gpus)` fit the reserve."""
+    return reserved_micro * 3600 // (max(seconds, 1) * units(gpus))
+
+
+def reserve_cause(invoke_id: str) -> str:
+    return f"invoke:{invoke_id}:reserve"
+
+
+def settle_cause(invoke_id: str) -> str:
+    return f"invoke:{invoke_id}:settle"
+
+
+def preempted_cause(invoke_id: str, attempt: int) -> str:
+    return f"invoke:{invoke_id}:attempt:{attempt}:preempted"
+
+
+async def preempted_charges(session: AsyncSession, invoke_id: str, attempts: int) -> int:
+    """What the invoke's preempted attempts (of its first `attempts`) were charged so far
+    (`charge_preempted`); looked up by exact cause, so by the ledger's unique index."""
+    causes = [preempted_cause(invoke_id, n) for n in range(1, attempts + 1)]
+    if not causes:
+        return 0
+    found = await session.scalars(
+        select(LedgerTransactionRow.details).where(LedgerTransactionRow.cause.in_(causes))
+    )
+    return sum(int((details or {}).get("cost_micro", 0)) for details in found)
+
+
+def gpu_model_of(node: NodeRow, gpus: int) -> str:
+    return str(node.gpus[0].get("model")) if gpus and node.gpus else CPU_MODEL
+
+
+async def highest_rate(
+    session: AsyncSession, candidates: list[NodeRow]
+) -> tuple[int, NodeRow | None]:
+    """The highest on-demand per-GPU-hour rate among the nodes, and the node charging it."""
+    best: tuple[int, NodeRow | None] = (0, None)
+    for node in candidates:
+        rate = await prices.hourly_rate(session, node, spot=False)
+        if best[1] is None or rate > best[0]:
+            best = (rate, node)
+    return best
+
+
+async def plan_reserve(
+    session: AsyncSession,
+    req: Requirements,
+    *,
+    timeout_sec: int,
+    max_cost_micro: int | None,
+    serving: list[NodeRow],
+    now: datetime,
+) -> tuple[int, Requirements]:
+    """(what to reserve, the requirements placement must meet to stay within it).
+
+    `serving`: the online nodes that meet `req`. When the reserve is 0 and no cap was
+    asked for, placement is left as asked: nothing was reserved, so nothing can be
+    charged, whoever takes it.
+
+    Spot work is reserved and capped at on-demand rates too: placement knows a node by
+    its on-demand rate (`NodeRow.price_per_gpu_hour_micro`), and a spot rate is never
+    above it. It is charged at the spot rate; the difference comes back at settlement."""
+    gpus = req.gpus if req.runtime.needs_gpu else 0
+    highest, _ = await highest_rate(session, serving)
+    most = most_for(highest * units(gpus), timeout_sec)
+    reserve = most if max_cost_micro is None else min(most, max_cost_micro)
+    if reserve == 0 and max_cost_micro is None:
+        return 0, req
+    cap = rate_cap(reserve, timeout_sec, gpus)
+    if req.max_price_micro is not None:
+        cap = min(cap, req.max_price_micro)
+    capped = replace(req, max_price_micro=cap)
+    fits = [n for n in serving if serves(n, capped, now)]
+    fits = [n for n in fits if await prices.hourly_rate(session, n, spot=False) <= cap]
+    return (reserve if fits else -1), capped
+
+
+async def reserve_invoke(
+    session: AsyncSession, row: InvokeRow, amount_micro: int, settings: Settings, now: datetime
+) -> None:
+    """Hold `amount_micro` of the tenant's balance for the invoke (402, changing nothing,
+    when the balance cannot cover it). The commission in force now is kept with it."""
+    row.reserved_micro = amount_micro
+    if amount_micro <= 0:
+        return
+    await ledger.post(
+        session,
+        cause=reserve_cause(row.id),
+        kind=TransactionKind.RESERVE,
+        entries=ledger.transfer(
+            ledger.tenant_balance(row.tenant_id),
+            ledger.tenant_reserved(row.tenant_id),
+            amount_micro,
+        ),
+        now=now,
+        details={
+            "tenant_id": row.tenant_id,
+            "work": "invoke",
+            "work_id": row.id,
+            "commission_bps": settings.commission_bps,
+        },
+    )
+
+
+async def placed_rate(session: AsyncSession, node: NodeRow, *, gpus: int, spot: bool) -> int:
+    """The rate fixed on work when `node` takes it: per hour, all its billed GPUs."""
+    return await prices.hourly_rate(session, node, spot=spot) * units(gpus)
+
+
+DEFAULT_COMMISSION_BPS: int = Settings.model_fields["commission_bps"].default
+
+
+async def commission_of(session: AsyncSession, reserve_cause: str) -> int:
+    """The commission in force when the money was reserved (kept with the RESERVE): work
+    accepted under one commission is charged under it."""
+    details = await session.scalar(
+        select(LedgerTransactionRow.details).where(LedgerTransactionRow.cause == reserve_cause)
+    )
+    found = (details or {}).get("commission_bps")
+    return int(found) if isinstance(found, int) else DEFAULT_COMMISSION_BPS
+
+
+async def settle(session: AsyncSession, invoke_id: str, now: datetime) -> int:
+    """Charge or release a final invoke's reserve, once; returns its cost.
+
+    Called by `invoke_state` in the transaction that makes the invoke final."""
+    row = (
+        await session.execute(
+            select(
+                InvokeRow.id,
+                InvokeRow.tenant_id,
+                InvokeRow.node_id,
+                InvokeRow.runtime,
+                InvokeRow.priority,
+                InvokeRow.gpus,
+                InvokeRow.timeout_sec,
+                InvokeRow.started_at,
+                InvokeRow.finished_at,
+                InvokeRow.error_code,
+                InvokeRow.reserved_micro,
+                InvokeRow.rate_micro_per_hour,
+                InvokeRow.cost_micro,
+                InvokeRow.attempts,
+                InvokeRow.preemptions,
+            ).where(InvokeRow.id == invoke_id)
+        )
+    ).one()
+    if row.cost_micro is not None and row.reserved_micro == 0:
+        return int(row.cost_micro)  # free mode: it was "0" from the start
+    charged = (
+        await preempted_charges(session, invoke_id, row.attempts)
+        if row.reserved_micro and row.preemptions
+        else 0
+    )
+    left = row.reserved_micro - charged  # what the preempted attempts left of the reserve
+    rate = row.rate_micro_per_hour or 0
+    ms = 0
+    if row.started_at is not None and row.finished_at is not None:
+        elapsed = row.finished_at - row.started_at
+        ms = min(int(elapsed.total_seconds() * 1000), row.timeout_sec * 1000)
+    if row.error_code in {code.value for code in PROVIDER_SIDE} or row.node_id is None:
+        ms = 0
+    cost = int(min(metered(rate, ms), left))
+    await session.execute(
+        update(InvokeRow).where(InvokeRow.id == invoke_id).values(cost_micro=charged + cost)
+    )
+    if row.reserved_micro == 0:
+        return cost
+    tenant = row.tenant_id
+    if cost == 0:
+        await ledger.post(
+            session,
+            cause=settle_cause(invoke_id),
+            kind=TransactionKind.RELEASE,
+            entries=ledger.transfer(
+                ledger.tenant_reserved(tenant), ledger.tenant_balance(tenant), left
+            ),
+            now=now,
+            details={"tenant_id": tenant, "work": "invoke", "work_id": invoke_id},
+        )
+        return charged
+    node = await session.get(NodeRow, row.node_id)
+    assert node is not None and row.started_at is not None and row.finished_at is not None
+    bps = await commission_of(session, reserve_cause(invoke_id))
+    provider_share, commission = ledger.split_commission(cost, bps)
+    details: ChargeDetails = {
+        "tenant_id": tenant,
+        "provider_id": node.provider_id,
+        "node_id": node.id,
+        "work": "invoke",
+        "work_id": invoke_id,
+        "runtime": row.runtime,
+        "gpu_model": gpu_model_of(node, row.gpus),
+        "gpus": units(row.gpus),
+        "spot": row.priority == "spot",
+        "seconds": ms / 1000,
+        "rate_micro_per_hour": rate,
+        "cost_micro": cost,
+        "provider_micro": provider_share,
+        "commission_micro": commission,
+        "started_at": row.started_at.isoformat(),
+        "ended_at": row.finished_at.isoformat(),
+    }
+    await ledger.post(
+        session,
+        cause=settle_cause(invoke_id),
+        kind=TransactionKind.CHARGE,
+        entries=charge_entries(tenant, node.provider_id, left, cost, commission),
+        now=now,
+        details=details,
+    )
+    return charged + cost
+
+
+async def charge_preempted(
+    session: AsyncSession,
+    invoke_id: str,
+    *,
+    attempt: int,
+    node_id: str,
+    started_at: datetime | None,
+    now: datetime,
+) -> int:
+    """Charge a preempted attempt for the progress it kept, once; returns the cost.
+
+    Called by `invoke_state.requeue_preempted` in the requeue's transaction: from the
+    attempt's start to the checkpoint it last uploaded (the next attempt resumes there),
+    never past `timeout_sec`, never above what is left of the reserve. Only this cost
+    leaves the reserve: the rest stays held for the attempts to come."""
+    row = (
+        await session.execute(
+            select(
+                InvokeRow.tenant_id,
+                InvokeRow.runtime,
+                InvokeRow.priority,
+                InvokeRow.gpus,
+                InvokeRow.timeout_sec,
+                InvokeRow.reserved_micro,
+                InvokeRow.rate_micro_per_hour,
+                ArtifactRow.created_at.label("checkpoint_at"),
+            )
+            .outerjoin(ArtifactRow, ArtifactRow.id == InvokeRow.checkpoint_artifact_id)
+            .where(InvokeRow.id == invoke_id)
+        )
+    ).one()
+    saved_at = row.checkpoint_at
+    if row.reserved_micro == 0 or started_at is None or saved_at is None or saved_at <= started_at:
+        return 0  # nothing reserved, never started, or no progress kept from this attempt
+    ms = min(int((saved_at - started_at).total_seconds() * 1000), row.timeout_sec * 1000)
+    left = row.reserved_micro - await preempted_charges(session, invoke_id, attempt)
+    cost = int(min(metered(row.rate_micro_per_hour or 0, ms), left))
+    node = await session.get(NodeRow, node_id)
+    if cost <= 0 or node is None:
+        return 0
+    bps = await commission_of(session, reserve_cause(invoke_id))
+    provider_share, commission = ledger.split_commission(cost, bps)
+    details: ChargeDetails = {
+        "tenant_id": row.tenant_id,
+        "provider_id": node.provider_id,
+        "node_id": node.id,
+        "work": "invoke",
+        "work_id": invoke_id,
+        "runtime": row.runtime,
+        "gpu_model": gpu_model_of(node, row.gpus),
+        "gpus": units(row.gpus),
+        "spot": row.priority == "spot",
+        "seconds": ms / 1000,
+        "rate_micro_per_hour": row.rate_micro_per_hour or 0,
+        "cost_micro": cost,
+        "provider_micro": provider_share,
+        "commission_micro": commission,
+        "started_at": started_at.isoformat(),
+        "ended_at": saved_at.isoformat(),
+    }
+    posted = await ledger.post(
+        session,
+        cause=preempted_cause(invoke_id, attempt),
+        kind=TransactionKind.CHARGE,
+        entries=charge_entries(row.tenant_id, node.provider_id, cost, cost, commission),
+        now=now,
+        details=details,
+    )
+    return cost if posted else 0
+
+
+def charge_entries(
+    tenant_id: str, provider_id: str, from_reserve: int, cost: int, commission: int
+) -> list[ledger.Entry]:
+    """`from_reserve` out of the tenant's reserve: the cost to the provider (less the
+    commission) and the platform, the rest back to the tenant's balance."""
+    entries = [
+        ledger.Entry(ledger.tenant_reserved(tenant_id), -from_reserve),
+        ledger.Entry(ledger.provider_pending(provider_id), cost - commission),
+        ledger.Entry(ledger.COMMISSION, commission),
+    ]
+    if from_reserve > cost:
+        entries.append(ledger.Entry(ledger.tenant_balance(tenant_id), from_reserve - cost))
+    return entries
+
+
+def cost_text(micro: int | None) -> str | None:
+    return None if micro is None else usdc_text(micro)
+
+
+def prepaid(settings: Settings) -> bool:
+    return settings.billing is BillingMode.PREPAID

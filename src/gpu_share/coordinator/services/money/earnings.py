@@ -1,0 +1,254 @@
+"""A provider's earnings (SPEC §3.6), read from the books: every CHARGE transaction that
+paid into the provider's pending account, with the `ChargeDetails` it carries.
+
+The amount of a line is the entry that landed in the provider's pending account (the
+books are the truth); the tenant's cost and the platform's commission come from the
+charge's details. Which tenant paid is never shown to the provider. Days and weeks are
+UTC: a week starts on Monday 00:00, a month on the 1st.
+"""
+
+import csv
+import io
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.core.errors import field_error
+from gpu_share.coordinator.core.orm import LedgerEntryRow, LedgerTransactionRow, NodeRow
+from gpu_share.coordinator.services.money import ledger
+from gpu_share.coordinator.services.money.ledger import TransactionKind
+from gpu_share.coordinator.services.money.payout_calendar import midnight, month_start, week_start
+from gpu_share.protocol.money import to_micro, usdc_text
+from gpu_share.protocol.payouts import (
+    DayEarnings,
+    Earnings,
+    EarningsEntry,
+    EarningsTotal,
+    GpuEarnings,
+    ModelEarnings,
+)
+
+DEFAULT_DAYS = 30
+MAX_DAYS = 366
+EARLIEST = date(2000, 1, 1)  # before any charge; keeps date arithmetic in range
+HISTORY_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class Charge:
+    at: datetime
+    amount_micro: int  # into the provider's pending account
+    details: dict[str, Any]
+
+    @property
+    def gpu_seconds(self) -> float:
+        return float(self.details.get("seconds", 0)) * int(self.details.get("gpus", 1))
+
+
+def date_range(now: datetime, since: date | None, until: date | None) -> tuple[date, date]:
+    """The inclusive UTC days asked for; the last 30 days when not given. 422 names the
+    field to fix."""
+    today = now.astimezone(UTC).date()
+    last = until or today
+    latest = today + timedelta(days=MAX_DAYS)
+    if last > latest:
+        raise field_error("until", f"must be on or before {latest.isoformat()}")
+    if last < EARLIEST:
+        raise field_error("until", f"must be on or after {EARLIEST.isoformat()}")
+    first = since or max(EARLIEST, last - timedelta(days=DEFAULT_DAYS - 1))
+    if first < EARLIEST:
+        raise field_error("since", f"must be on or after {EARLIEST.isoformat()}")
+    if first > last:
+        raise field_error("since", f"must be on or before until ({last.isoformat()})")
+    if (last - first).days >= MAX_DAYS:
+        raise field_error("since", f"the range can span at most {MAX_DAYS} days; narrow it")
+    return first, last
+
+
+async def charges(
+    session: AsyncSession, provider_id: str, start: datetime, end: datetime
+) -> list[Charge]:
+    """The provider's charges posted in [start, end), newest first."""
+    rows = await session.execute(
+        select(
+            LedgerTransactionRow.created_at,
+            LedgerEntryRow.amount_micro,
+            LedgerTransactionRow.details,
+        )
+        .join(LedgerTransactionRow, LedgerTransactionRow.id == LedgerEntryRow.transaction_id)
+        .where(
+            LedgerEntryRow.account_id == ledger.provider_pending(provider_id).id,
+            LedgerTransactionRow.kind == TransactionKind.CHARGE.value,
+            LedgerEntryRow.created_at >= start,
+            LedgerEntryRow.created_at < end,
+        )
+        .order_by(LedgerEntryRow.created_at.desc(), LedgerEntryRow.id.desc())
+    )
+    return [Charge(at, int(amount), dict(details or {})) for at, amount, details in rows.all()]
+
+
+def total(items: Iterable[Charge]) -> EarningsTotal:
+    amount, seconds, count = 0, 0.0, 0
+    for charge in items:
+        amount += charge.amount_micro
+        seconds += charge.gpu_seconds
+        count += 1
+    return EarningsTotal(
+        amount=usdc_text(amount), gpu_hours=round(seconds / 3600, 4), charges=count
+    )
+
+
+async def _hostnames(session: AsyncSession, node_ids: set[str]) -> dict[str, str]:
+    if not node_ids:
+        return {}
+    rows = await session.execute(
+        select(NodeRow.id, NodeRow.hostname).where(NodeRow.id.in_(node_ids))
+    )
+    return dict(rows.all())
+
+
+def entry(charge: Charge, hostnames: dict[str, str]) -> EarningsEntry:
+    d = charge.details
+    node_id = str(d.get("node_id", ""))
+    return EarningsEntry(
+        at=charge.at,
+        node_id=node_id,
+        hostname=hostnames.get(node_id),
+        gpu_model=str(d.get("gpu_model", "")),
+        gpus=int(d.get("gpus", 1)),
+        seconds=float(d.get("seconds", 0)),
+        work=str(d.get("work", "")),
+        runtime=str(d.get("runtime", "")),
+        amount=usdc_text(charge.amount_micro),
+        tenant_paid=usdc_text(int(d.get("cost_micro", charge.amount_micro))),
+        commission=usdc_text(int(d.get("commission_micro", 0))),
+    )
+
+
+async def earnings(
+    session: AsyncSession,
+    provider_id: str,
+    now: datetime,
+    since: date | None = None,
+    until: date | None = None,
+    history_limit: int = HISTORY_LIMIT,
+) -> Earnings:
+    first, last = date_range(now, since, until)
+    start, end = midnight(first), midnight(last + timedelta(days=1))
+    in_range = await charges(session, provider_id, start, end)
+    week, month = week_start(now), month_start(now)
+    recent = await charges(session, provider_id, min(week, month), now + timedelta(seconds=1))
+
+    by_gpu: dict[tuple[str, str], list[Charge]] = defaultdict(list)
+    by_model: dict[str, list[Charge]] = defaultdict(list)
+    by_day: dict[date, int] = defaultdict(int)
+    for charge in in_range:
+        node_id, model = (
+            str(charge.details.get("node_id", "")),
+            str(charge.details.get("gpu_model", "")),
+        )
+        by_gpu[(node_id, model)].append(charge)
+        by_model[model].append(charge)
+        by_day[charge.at.date()] += charge.amount_micro
+    hostnames = await _hostnames(
+        session,
+        {n for n, _ in by_gpu}
+        | {str(c.details.get("node_id", "")) for c in in_range[:history_limit]},
+    )
+    per_gpu = [
+        GpuEarnings(node_id=n, hostname=hostnames.get(n), gpu_model=m, **total(items).model_dump())
+        for (n, m), items in by_gpu.items()
+    ]
+    per_model = [
+        ModelEarnings(gpu_model=m, **total(items).model_dump()) for m, items in by_model.items()
+    ]
+    per_gpu.sort(key=lambda g: (-to_micro(g.amount), g.hostname or g.node_id, g.gpu_model))
+    per_model.sort(key=lambda g: (-to_micro(g.amount), g.gpu_model))
+    return Earnings(
+        pending=usdc_text(await ledger.balance(session, ledger.provider_pending(provider_id))),
+        in_transit=usdc_text(await ledger.balance(session, ledger.payouts_in_transit(provider_id))),
+        paid=usdc_text(await paid_total(session, provider_id)),
+        this_week=total(c for c in recent if c.at >= week),
+        this_month=total(c for c in recent if c.at >= month),
+        since=first,
+        until=last,
+        total=total(in_range),
+        per_gpu=per_gpu,
+        per_model=per_model,
+        daily=[
+            DayEarnings(
+                day=first + timedelta(days=i), amount=usdc_text(by_day[first + timedelta(days=i)])
+            )
+            for i in range((last - first).days + 1)
+        ],
+        history=[entry(c, hostnames) for c in in_range[:history_limit]],
+        history_limit=history_limit,
+    )
+
+
+async def paid_total(session: AsyncSession, provider_id: str) -> int:
+    """All payouts of this provider marked paid: what left the in-transit account for good."""
+    paid = await session.scalar(
+        select(func.coalesce(func.sum(LedgerEntryRow.amount_micro), 0))
+        .join(LedgerTransactionRow, LedgerTransactionRow.id == LedgerEntryRow.transaction_id)
+        .where(
+            LedgerEntryRow.account_id == ledger.payouts_in_transit(provider_id).id,
+            LedgerTransactionRow.kind == TransactionKind.PAYOUT_PAID.value,
+        )
+    )
+    return -int(paid or 0)
+
+
+CSV_COLUMNS = [
+    "time_utc",
+    "node_id",
+    "hostname",
+    "gpu_model",
+    "gpus",
+    "seconds",
+    "work",
+    "runtime",
+    "earned_usdc",
+    "tenant_paid_usdc",
+    "commission_usdc",
+]
+
+
+async def earnings_csv(
+    session: AsyncSession, provider_id: str, now: datetime, since: date | None, until: date | None
+) -> tuple[str, str]:
+    """(file name, CSV text) of every charge in the range, oldest first."""
+    first, last = date_range(now, since, until)
+    found = await charges(session, provider_id, midnight(first), midnight(last + timedelta(days=1)))
+    hostnames = await _hostnames(session, {str(c.details.get("node_id", "")) for c in found})
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for charge in reversed(found):
+        e = entry(charge, hostnames)
+        writer.writerow(
+            [
+                e.at.isoformat(),
+                e.node_id,
+                safe_cell(e.hostname or ""),
+                safe_cell(e.gpu_model),
+                e.gpus,
+                f"{e.seconds:.3f}",
+                e.work,
+                e.runtime,
+                e.amount,
+                e.tenant_paid,
+                e.commission,
+            ]
+        )
+    return f"earnings-{first.isoformat()}-{last.isoformat()}.csv", out.getvalue()
+
+
+def safe_cell(value: str) -> str:
+    """A cell a spreadsheet shows as text, never runs as a formula."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value

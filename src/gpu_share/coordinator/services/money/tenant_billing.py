@@ -1,0 +1,211 @@
+"""A tenant's money (SPEC §4.4): balance, usage read from its charges, admin top-ups.
+
+Usage is read from the books, never from invokes or sessions: the CHARGE transactions
+that took money out of this tenant's reserve, with the `ChargeDetails` each carries.
+"""
+
+import csv
+import io
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.core.errors import Conflict, NotFound, field_error
+from gpu_share.coordinator.core.orm import (
+    LedgerAccountRow,
+    LedgerEntryRow,
+    LedgerTransactionRow,
+    TenantRow,
+)
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.services.money import ledger
+from gpu_share.coordinator.services.money.ledger import TransactionKind
+from gpu_share.protocol.billing import (
+    Balance,
+    Charge,
+    TopUp,
+    TopUpCreate,
+    Usage,
+    UsageGroup,
+    UsageLine,
+)
+from gpu_share.protocol.money import to_micro, usdc_text
+
+DEFAULT_DAYS = 30
+MAX_DAYS = 366
+MAX_CHARGES = 100_000  # one usage read; a CSV of more is asked for by narrower dates
+
+
+async def balance(session: AsyncSession, tenant_id: str, settings: Settings) -> Balance:
+    available = await ledger.balance(session, ledger.tenant_balance(tenant_id))
+    reserved = await ledger.balance(session, ledger.tenant_reserved(tenant_id))
+    return Balance(
+        tenant_id=tenant_id,
+        billing=settings.billing,
+        available=usdc_text(available),
+        reserved=usdc_text(reserved),
+    )
+
+
+async def available_by_tenant(session: AsyncSession) -> dict[str, int]:
+    """Every tenant's spendable balance (those that never had one are absent)."""
+    rows = await session.execute(
+        select(LedgerAccountRow.owner_id, LedgerAccountRow.balance_micro).where(
+            LedgerAccountRow.kind == ledger.AccountKind.TENANT_BALANCE.value
+        )
+    )
+    return {str(owner): int(micro) for owner, micro in rows.all() if owner}
+
+
+def period(start: date | None, end: date | None, today: date) -> tuple[date, date]:
+    """The UTC days asked for: the last 30 by default, at most a year."""
+    end = end or today
+    start = start or end - timedelta(days=DEFAULT_DAYS - 1)
+    if start > end:
+        raise field_error("from", f"must not be after to ({end.isoformat()})")
+    if (end - start).days >= MAX_DAYS:
+        raise field_error("from", f"the period may span at most {MAX_DAYS} days")
+    return start, end
+
+
+def _moment(day: date) -> datetime:
+    return datetime.combine(day, time(), tzinfo=UTC)
+
+
+async def charges(session: AsyncSession, tenant_id: str, start: date, end: date) -> list[Charge]:
+    """The tenant's charges made on UTC days `start`..`end`, oldest first."""
+    reserve_account = ledger.tenant_reserved(tenant_id).id
+    rows = await session.execute(
+        select(LedgerTransactionRow.created_at, LedgerTransactionRow.details)
+        .join(LedgerEntryRow, LedgerEntryRow.transaction_id == LedgerTransactionRow.id)
+        .where(
+            LedgerEntryRow.account_id == reserve_account,
+            LedgerEntryRow.created_at >= _moment(start),
+            LedgerEntryRow.created_at < _moment(end + timedelta(days=1)),
+            LedgerTransactionRow.kind == TransactionKind.CHARGE.value,
+        )
+        .order_by(LedgerEntryRow.created_at, LedgerEntryRow.id)
+        .limit(MAX_CHARGES)
+    )
+    return [_charge(at, details) for at, details in rows.all()]
+
+
+def _charge(at: datetime, d: dict[str, Any]) -> Charge:
+    return Charge(
+        at=at,
+        work=str(d.get("work", "")),
+        work_id=str(d.get("work_id", "")),
+        runtime=str(d.get("runtime", "")),
+        node_id=str(d.get("node_id", "")),
+        gpu_model=str(d.get("gpu_model", "")),
+        gpus=int(d.get("gpus", 1)),
+        spot=bool(d.get("spot")),
+        seconds=float(d.get("seconds", 0)),
+        rate_per_hour=usdc_text(int(d.get("rate_micro_per_hour", 0))),
+        cost=usdc_text(int(d.get("cost_micro", 0))),
+    )
+
+
+def _micro(charge: Charge) -> int:
+    return to_micro(charge.cost)
+
+
+def summarize(
+    tenant_id: str, found: Iterable[Charge], group: UsageGroup, start: date, end: date
+) -> Usage:
+    """Usage per UTC day (every day of the period, zeros included) or per runtime."""
+    cost: dict[str, int] = defaultdict(int)
+    seconds: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    if group is UsageGroup.DAY:
+        for n in range((end - start).days + 1):
+            cost[(start + timedelta(days=n)).isoformat()] = 0
+    for charge in found:
+        key = charge.at.date().isoformat() if group is UsageGroup.DAY else charge.runtime
+        cost[key] += _micro(charge)
+        seconds[key] += charge.seconds
+        count[key] += 1
+    lines = [
+        UsageLine(key=key, charges=count[key], seconds=round(seconds[key], 3), cost=usdc_text(c))
+        for key, c in sorted(cost.items())
+    ]
+    return Usage(
+        tenant_id=tenant_id,
+        group=group,
+        start=start,
+        end=end,
+        lines=lines,
+        total=usdc_text(sum(cost.values())),
+    )
+
+
+CSV_COLUMNS = list(Charge.model_fields)
+
+
+def as_csv(found: Iterable[Charge]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for charge in found:
+        row = charge.model_dump(mode="json")
+        writer.writerow([row[column] for column in CSV_COLUMNS])
+    return out.getvalue()
+
+
+def top_up_cause(tenant_id: str, idempotency_key: str | None, reference: str) -> str:
+    """Once per Idempotency-Key when one is given, else once per payment reference."""
+    if idempotency_key is not None:
+        return f"top_up:{tenant_id}:key:{idempotency_key}"
+    return f"top_up:{tenant_id}:ref:{reference}"
+
+
+async def top_up(
+    session: AsyncSession,
+    tenant_id: str,
+    body: TopUpCreate,
+    *,
+    idempotency_key: str | None,
+    admin: str,
+    now: datetime,
+) -> TopUp:
+    """Credit a tenant's balance from outside (a payment received); once per cause."""
+    if await session.get(TenantRow, tenant_id) is None:
+        raise NotFound(f"tenant {tenant_id} does not exist")
+    cause = top_up_cause(tenant_id, idempotency_key, body.reference)
+    made = await ledger.post(
+        session,
+        cause=cause,
+        kind=TransactionKind.TOP_UP,
+        entries=ledger.transfer(ledger.WORLD, ledger.tenant_balance(tenant_id), body.amount),
+        now=now,
+        details={
+            "tenant_id": tenant_id,
+            "amount_micro": body.amount,
+            "reference": body.reference,
+            "by": admin,
+        },
+    )
+    if not made:
+        before = await session.scalar(
+            select(LedgerTransactionRow.details).where(LedgerTransactionRow.cause == cause)
+        )
+        before = before or {}
+        if before.get("amount_micro") != body.amount or before.get("reference") != body.reference:
+            raise Conflict(
+                f"this top-up ({'Idempotency-Key' if idempotency_key else 'reference'} "
+                f"{idempotency_key or body.reference!r}) was made before with "
+                f"{usdc_text(int(before.get('amount_micro', 0)))} USDC and reference "
+                f"{before.get('reference')!r}; use a new reference for a new payment"
+            )
+    available = await ledger.balance(session, ledger.tenant_balance(tenant_id))
+    return TopUp(
+        tenant_id=tenant_id,
+        amount=usdc_text(body.amount),
+        reference=body.reference,
+        replayed=not made,
+        available=usdc_text(available),
+    )

@@ -1,0 +1,266 @@
+"""Nodes: registration by agents, heartbeats, and what tenants see of them."""
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.core.errors import NotFound
+from gpu_share.coordinator.core.ids import new_id
+from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, TelemetrySampleRow
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
+from gpu_share.coordinator.services.accounts.accounts import issue_key
+from gpu_share.coordinator.services.nodes import prices
+from gpu_share.coordinator.services.nodes.placement import (
+    Requirements,
+    in_window,
+    listed_gpu,
+    node_status,
+    reliability_of,
+    serves,
+    stored_reliability,
+)
+from gpu_share.protocol import agent as wire
+from gpu_share.protocol.accounts import Role
+from gpu_share.protocol.money import usdc_text
+from gpu_share.protocol.nodes import (
+    GpuInfo,
+    Node,
+    NodeGpu,
+    NodeStatus,
+    RuntimeAvailability,
+    SandboxKind,
+    Telemetry,
+    TelemetrySample,
+    Tier,
+)
+from gpu_share.protocol.providers import ProviderNode
+from gpu_share.protocol.runtimes import RuntimeName
+
+
+def _apply_inventory(row: NodeRow, inventory: wire.NodeInventory) -> None:
+    row.hostname = inventory.hostname
+    row.agent_version = inventory.agent_version
+    row.os = inventory.os
+    row.cpu_model = inventory.cpu_model
+    row.cpu_count = inventory.cpu_count
+    row.ram_mb = inventory.ram_mb
+    row.gpus = [gpu.model_dump() for gpu in inventory.gpus]
+    row.runtimes = sorted({r.value for r in inventory.runtimes})
+    row.sandbox = inventory.sandbox
+    row.max_concurrent_jobs = inventory.max_concurrent_jobs
+    row.gpu_topology = (
+        inventory.gpu_topology.model_dump(mode="json") if inventory.gpu_topology else None
+    )
+    if inventory.region:
+        row.region = inventory.region
+
+
+async def register(
+    session: AsyncSession, provider: ProviderRow, inventory: wire.NodeInventory, now: datetime
+) -> tuple[NodeRow, str]:
+    row = NodeRow(
+        id=new_id("nod"),
+        provider_id=provider.id,
+        tier=provider.tier,
+        price_per_gpu_hour_micro=None,
+        telemetry=None,
+        delisted=False,
+        registered_at=now,
+        last_seen_at=now,
+        region=None,
+    )
+    _apply_inventory(row, inventory)
+    session.add(row)
+    await session.flush()
+    await prices.refresh_node(session, row)  # the provider may have priced its models
+    _, node_key = await issue_key(session, Role.AGENT, now, provider_id=provider.id, node_id=row.id)
+    return row, node_key
+
+
+async def update_inventory(
+    session: AsyncSession, node_id: str, inventory: wire.NodeInventory, now: datetime
+) -> NodeRow:
+    row = await session.get(NodeRow, node_id)
+    if row is None:
+        raise NotFound(f"node {node_id} does not exist")
+    _apply_inventory(row, inventory)
+    row.last_seen_at = now
+    await prices.refresh_node(session, row)  # its GPUs, so its price, may have changed
+    return row
+
+
+async def running_counts(session: AsyncSession) -> dict[str, int]:
+    rows = await session.execute(
+        select(InvokeRow.node_id, func.count())
+        .where(InvokeRow.status.in_(ACTIVE_VALUES), InvokeRow.node_id.is_not(None))
+        .group_by(InvokeRow.node_id)
+    )
+    return {node_id: count for node_id, count in rows.all() if node_id}
+
+
+def known(row: NodeRow) -> list[RuntimeName]:
+    """What the node advertises, leaving out names this coordinator does not know."""
+    known = {runtime.value for runtime in RuntimeName}
+    return [RuntimeName(r) for r in row.runtimes if r in known]
+
+
+def price_text(micro: int | None) -> str | None:
+    return None if micro is None else usdc_text(micro)
+
+
+def gpu_benchmark_score(row: NodeRow, gpu: dict[str, Any]) -> float | None:
+    verdict = ((row.benchmark_state or {}).get("gpus") or {}).get(str(gpu.get("uuid")))
+    return float(verdict["score"]) if isinstance(verdict, dict) and "score" in verdict else None
+
+
+def to_wire(row: NodeRow, status: NodeStatus, running: int, now: datetime) -> Node:
+    return Node(
+        id=row.id,
+        status=status,
+        gpus=[
+            NodeGpu(
+                model=g.get("model", ""),
+                vram_mb=int(g.get("vram_mb", 0)),
+                driver_version=g.get("driver_version"),
+                cuda_version=g.get("cuda_version"),
+                benchmark_score=gpu_benchmark_score(row, g),
+                listed=listed_gpu(row, g),
+            )
+            for g in row.gpus
+        ],
+        runtimes=known(row),
+        region=row.region,
+        tier=Tier(row.tier),
+        cpu_count=row.cpu_count,
+        ram_mb=row.ram_mb,
+        price_per_gpu_hour=price_text(row.price_per_gpu_hour_micro),
+        reliability_score=reliability_of(row),
+        reliability=stored_reliability(row.reliability),
+        available_now=in_window(row, now),
+        running_jobs=running,
+        max_concurrent_jobs=row.max_concurrent_jobs,
+        sandbox=SandboxKind(row.sandbox),
+        isolated=SandboxKind(row.sandbox).isolates,
+        last_seen_at=row.last_seen_at,
+    )
+
+
+async def list_nodes(
+    session: AsyncSession, now: datetime, settings: Settings, *, include_offline: bool = True
+) -> list[Node]:
+    rows = (await session.scalars(select(NodeRow).order_by(NodeRow.id))).all()
+    running = await running_counts(session)
+    nodes = []
+    for row in rows:
+        count = running.get(row.id, 0)
+        status = node_status(row, now, count, settings.node_offline_after_sec)
+        if include_offline or status in (NodeStatus.ONLINE, NodeStatus.BUSY):
+            nodes.append(to_wire(row, status, count, now))
+    return nodes
+
+
+async def live_nodes(session: AsyncSession, now: datetime, settings: Settings) -> list[NodeRow]:
+    """Nodes heard from recently, listed or not (placement's `serves` says which serve)."""
+    cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
+    query = select(NodeRow).where(NodeRow.last_seen_at >= cutoff)
+    return list((await session.scalars(query)).all())
+
+
+async def count_online(session: AsyncSession, now: datetime, settings: Settings) -> int:
+    cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
+    count = await session.scalar(
+        select(func.count()).where(NodeRow.last_seen_at >= cutoff, NodeRow.delisted.is_(False))
+    )
+    return int(count or 0)
+
+
+async def runtime_availability(
+    session: AsyncSession, now: datetime, settings: Settings
+) -> list[RuntimeAvailability]:
+    nodes = await live_nodes(session, now, settings)
+    return [
+        RuntimeAvailability(
+            name=runtime,
+            kind=runtime.kind,
+            device=runtime.device,
+            nodes_online=sum(1 for n in nodes if serves(n, Requirements(runtime=runtime), now)),
+        )
+        for runtime in RuntimeName
+    ]
+
+
+TELEMETRY_KEPT = timedelta(hours=1)
+
+
+def record_telemetry(
+    session: AsyncSession, node_id: str, telemetry: Telemetry, now: datetime
+) -> None:
+    session.add(TelemetrySampleRow(node_id=node_id, at=now, telemetry=telemetry.model_dump()))
+
+
+async def recent_telemetry(
+    session: AsyncSession, node_ids: list[str], since: datetime
+) -> dict[str, list[TelemetrySample]]:
+    rows = await session.execute(
+        select(TelemetrySampleRow.node_id, TelemetrySampleRow.at, TelemetrySampleRow.telemetry)
+        .where(TelemetrySampleRow.node_id.in_(node_ids), TelemetrySampleRow.at >= since)
+        .order_by(TelemetrySampleRow.at)
+    )
+    samples: dict[str, list[TelemetrySample]] = {node_id: [] for node_id in node_ids}
+    for node_id, at, data in rows.all():
+        samples[node_id].append(
+            TelemetrySample(at=at, **Telemetry.model_validate(data).model_dump())
+        )
+    return samples
+
+
+async def prune_telemetry(session: AsyncSession, now: datetime) -> None:
+    await session.execute(
+        delete(TelemetrySampleRow).where(TelemetrySampleRow.at < now - TELEMETRY_KEPT)
+    )
+
+
+async def of_provider(
+    session: AsyncSession,
+    provider_id: str,
+    now: datetime,
+    settings: Settings,
+    *,
+    history: timedelta = timedelta(0),
+) -> list[ProviderNode]:
+    rows = (
+        await session.scalars(
+            select(NodeRow).where(NodeRow.provider_id == provider_id).order_by(NodeRow.id)
+        )
+    ).all()
+    running = await running_counts(session)
+    recent = (
+        await recent_telemetry(session, [row.id for row in rows], now - history)
+        if history > timedelta(0) and rows
+        else {}
+    )
+    return [
+        ProviderNode(
+            id=row.id,
+            hostname=row.hostname,
+            status=node_status(row, now, running.get(row.id, 0), settings.node_offline_after_sec),
+            gpus=[GpuInfo.model_validate(gpu) for gpu in row.gpus],
+            runtimes=known(row),
+            sandbox=SandboxKind(row.sandbox),
+            region=row.region,
+            tier=Tier(row.tier),
+            cpu_count=row.cpu_count,
+            ram_mb=row.ram_mb,
+            agent_version=row.agent_version,
+            running_jobs=running.get(row.id, 0),
+            max_concurrent_jobs=row.max_concurrent_jobs,
+            registered_at=row.registered_at,
+            last_seen_at=row.last_seen_at,
+            telemetry=Telemetry.model_validate(row.telemetry) if row.telemetry else None,
+            recent=recent.get(row.id, []),
+        )
+        for row in rows
+    ]

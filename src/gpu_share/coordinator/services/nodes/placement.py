@@ -1,0 +1,237 @@
+"""Which nodes may run which job (SPEC §4.1): pure functions of node, requirements and time.
+
+A node serves a job when it has the runtime, is listed (not delisted by an admin or a
+failed benchmark), is inside its availability window, has enough listed GPUs of the
+model, memory and CUDA version asked for, and meets the region, tier, isolation, price
+and reliability asked for. Busy or not: whether it is free is the lease's business.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
+from gpu_share.coordinator.services.nodes.schedules import availability_of
+from gpu_share.protocol.money import MICRO, usdc_text
+from gpu_share.protocol.nodes import NodeStatus, SandboxKind, Tier
+from gpu_share.protocol.reliability import Reliability
+from gpu_share.protocol.runtimes import RuntimeName
+
+
+@dataclass(frozen=True)
+class Requirements:
+    runtime: RuntimeName
+    gpus: int = 1
+    min_vram_mb: int | None = None
+    gpu_model: str | None = None
+    region: str | None = None
+    tier: str | None = None
+    max_price_micro: int | None = None
+    isolated_only: bool = False
+    min_reliability: float | None = None
+
+    def describe(self) -> str:
+        parts = [f"runtime {self.runtime.value}"]
+        if self.runtime.needs_gpu and self.gpus > 1:
+            parts.append(f"{self.gpus} GPUs")
+        if self.gpu_model:
+            parts.append(f"gpu_model {self.gpu_model!r}")
+        if self.min_vram_mb:
+            parts.append(f"min_vram_gb {self.min_vram_mb * 1024**2 / 1000**3:.3g}")
+        if self.region:
+            parts.append(f"region {self.region!r}")
+        if self.tier:
+            parts.append(f"tier {self.tier}")
+        if self.max_price_micro is not None:
+            parts.append(f"max_price_per_gpu_hour {usdc_text(self.max_price_micro)}")
+        if self.isolated_only:
+            parts.append("isolated_only")
+        if self.min_reliability is not None:
+            parts.append(f"min_reliability {self.min_reliability:g}")
+        return ", ".join(parts)
+
+    def constraints(self) -> dict[str, Any]:
+        return {
+            "min_vram_mb": self.min_vram_mb,
+            "gpu_model": self.gpu_model,
+            "region": self.region,
+            "tier": self.tier,
+            "max_price_micro": self.max_price_micro,
+            "isolated_only": self.isolated_only,
+            "min_reliability": self.min_reliability,
+        }
+
+    @classmethod
+    def of(cls, invoke: InvokeRow) -> "Requirements":
+        return cls.from_parts(invoke.runtime, invoke.gpus, invoke.constraints)
+
+    @classmethod
+    def from_parts(cls, runtime: str, gpus: int, c: dict[str, Any]) -> "Requirements":
+        return cls(
+            runtime=RuntimeName(runtime),
+            gpus=gpus,
+            min_vram_mb=c.get("min_vram_mb"),
+            gpu_model=c.get("gpu_model"),
+            region=c.get("region"),
+            tier=c.get("tier"),
+            max_price_micro=c.get("max_price_micro"),
+            isolated_only=bool(c.get("isolated_only")),
+            min_reliability=c.get("min_reliability"),
+        )
+
+
+class PlacementRequest(Protocol):
+    """The placement options an invoke and a session share (SPEC §1.5 extensions)."""
+
+    runtime: RuntimeName
+    min_vram_gb: float | None
+    gpu_model: str | None
+    region: str | None
+    tier: Tier | None
+    max_price_per_gpu_hour: Decimal | None
+    isolated_only: bool
+    min_reliability: float | None
+
+
+def requirements_of(body: PlacementRequest, gpus: int = 1) -> Requirements:
+    price = body.max_price_per_gpu_hour
+    return Requirements(
+        runtime=body.runtime,
+        gpus=gpus,
+        # Decimal GB, as cards are sold: an "80GB" H100 reports 81559 MiB.
+        min_vram_mb=int(body.min_vram_gb * 1000**3 / 1024**2) if body.min_vram_gb else None,
+        gpu_model=body.gpu_model,
+        region=body.region,
+        tier=body.tier.value if body.tier else None,
+        isolated_only=body.isolated_only,
+        max_price_micro=int(price * MICRO) if price is not None else None,
+        min_reliability=body.min_reliability,
+    )
+
+
+def in_window(node: NodeRow, now: datetime) -> bool:
+    """Inside the provider's declared weekly windows (24/7 when none are declared)."""
+    return availability_of(node).open_at(now)
+
+
+def listed_gpu(node: NodeRow, gpu: dict[str, Any]) -> bool:
+    """A GPU is listed unless its latest benchmark failed (it is delisted until one passes)."""
+    verdict = ((node.benchmark_state or {}).get("gpus") or {}).get(str(gpu.get("uuid")))
+    return not (isinstance(verdict, dict) and verdict.get("passed") is False)
+
+
+def node_listed(node: NodeRow) -> bool:
+    """The node as a whole: not delisted by an admin, and its own benchmark not failed."""
+    verdict = (node.benchmark_state or {}).get("node")
+    return not node.delisted and not (isinstance(verdict, dict) and verdict.get("passed") is False)
+
+
+def _cuda(version: object) -> tuple[int, int] | None:
+    try:
+        major, _, minor = str(version).partition(".")
+        return int(major), int(minor or 0)
+    except ValueError:
+        return None
+
+
+def gpu_matches(node: NodeRow, gpu: dict[str, Any], req: Requirements) -> bool:
+    """One GPU of the node is of the model, memory and CUDA version asked for, and listed."""
+    if req.gpu_model and req.gpu_model.lower() not in str(gpu.get("model", "")).lower():
+        return False
+    if req.min_vram_mb and int(gpu.get("vram_mb", 0)) < req.min_vram_mb:
+        return False
+    wanted = req.runtime.min_cuda
+    cuda = _cuda(gpu.get("cuda_version"))
+    if wanted is not None and (cuda is None or cuda < wanted):
+        return False
+    return listed_gpu(node, gpu)
+
+
+def matching_gpus(node: NodeRow, req: Requirements) -> int:
+    return sum(1 for gpu in node.gpus if gpu_matches(node, gpu, req))
+
+
+def reliability_of(node: NodeRow) -> float | None:
+    score = (node.reliability or {}).get("score")
+    return float(score) if isinstance(score, int | float) else None
+
+
+def stored_reliability(value: dict[str, Any] | None) -> Reliability | None:
+    """A published score (`providers/reliability.py` writes it) as stored on a node's or a
+    provider's row; None if there is none or it is not one of ours."""
+    if value is None:
+        return None
+    try:
+        return Reliability.model_validate(value)
+    except ValidationError:
+        return None
+
+
+# The constraints in the order a request meets them; `unmet` names the first one missed.
+CONSTRAINTS = (
+    "runtime",
+    "listed",
+    "availability window",
+    "gpus",
+    "region",
+    "tier",
+    "isolated_only",
+    "max_price_per_gpu_hour",
+    "min_reliability",
+)
+
+
+def unmet(node: NodeRow, req: Requirements, now: datetime) -> str | None:
+    """The first constraint of `req` this node does not meet (busy or not); None: it serves."""
+    if req.runtime.value not in node.runtimes:
+        return "runtime"
+    if not node_listed(node):
+        return "listed"
+    if not in_window(node, now):
+        return "availability window"
+    if req.runtime.needs_gpu and matching_gpus(node, req) < req.gpus:
+        return "gpus"
+    if req.region and (node.region or "").lower() != req.region.lower():
+        return "region"
+    if req.tier and node.tier != req.tier:
+        return "tier"
+    if req.isolated_only and not SandboxKind(node.sandbox).isolates:
+        return "isolated_only"
+    price = node.price_per_gpu_hour_micro or 0
+    if req.max_price_micro is not None and price > req.max_price_micro:
+        return "max_price_per_gpu_hour"
+    if req.min_reliability is not None:
+        score = reliability_of(node)
+        if score is None or score < req.min_reliability:
+            return "min_reliability"
+    return None
+
+
+def serves(node: NodeRow, req: Requirements, now: datetime) -> bool:
+    """Whether the node could run the job now, busy or not."""
+    return unmet(node, req, now) is None
+
+
+def nothing_meets(nodes: list[NodeRow], req: Requirements, now: datetime) -> str:
+    """Which constraint no online node met: the furthest any node got before failing."""
+    furthest = -1
+    for node in nodes:
+        missed = unmet(node, req, now)
+        if missed is not None:
+            furthest = max(furthest, CONSTRAINTS.index(missed))
+    if furthest < 0:
+        return "online"
+    return CONSTRAINTS[furthest]
+
+
+def node_status(node: NodeRow, now: datetime, running: int, offline_after_sec: float) -> NodeStatus:
+    if not node_listed(node):
+        return NodeStatus.DELISTED
+    if node.last_seen_at is None or node.last_seen_at < now - timedelta(seconds=offline_after_sec):
+        return NodeStatus.OFFLINE
+    if running >= node.max_concurrent_jobs:
+        return NodeStatus.BUSY
+    return NodeStatus.ONLINE

@@ -1,0 +1,547 @@
+"""Sessions (SPEC §1.7): place a model on a node, relay forwards, close when idle.
+
+The row in `gpu_sessions` is the record (status, node, metering); the `SessionHub`
+of the replica holding the node's WebSocket carries the live traffic. Forwards do
+not touch the database: counters and last use are flushed by `maintain`.
+"""
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.core.clock import Clock
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.errors import (
+    ApiError,
+    Conflict,
+    Gone,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+)
+from gpu_share.coordinator.core.ids import new_id
+from gpu_share.coordinator.core.orm import ArtifactRow, NodeRow, SessionRow
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.core.statuses import OPEN_SESSION_VALUES
+from gpu_share.coordinator.replica.session_hub import ForwardFailed, LiveSession, SessionHub
+from gpu_share.coordinator.services.money import billing, session_billing
+from gpu_share.coordinator.services.nodes import nodes, ranking
+from gpu_share.coordinator.services.nodes.placement import (
+    Requirements,
+    nothing_meets,
+    requirements_of,
+    serves,
+)
+from gpu_share.coordinator.services.sessions import gpus
+from gpu_share.coordinator.services.work import (
+    claims,
+    gpu_assignment,
+    memory_fit,
+    reservation_holds,
+)
+from gpu_share.coordinator.services.work.invokes import no_capacity, resolve_url
+from gpu_share.protocol.errors import ErrorCode
+from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.protocol.sessions import (
+    OpenSession,
+    Session,
+    SessionCreate,
+    SessionError,
+    SessionStatus,
+)
+
+log = logging.getLogger(__name__)
+
+CREATE_WAIT_SEC = 2.0  # answer `ready` at once when the model loads that fast
+START_WAIT_SEC = 300.0  # a forward to a starting session waits this long for it
+FORWARD_TIMEOUT_SEC = 300.0
+STALE_AFTER_SEC = 30.0  # no replica touched an open session this long: it was lost
+CONNECT_GRACE_SEC = 5.0  # a node just online connects its channel right after
+
+
+def to_wire(row: SessionRow, live: LiveSession | None = None) -> Session:
+    status = live.status if live is not None else SessionStatus(row.status)
+    last_used = row.last_used_at or row.ready_at
+    error = None
+    if row.error_code:
+        error = SessionError(code=row.error_code, message=row.error_message or "")
+    elif live is not None and live.error is not None:
+        error = live.error
+    return Session(
+        id=row.id,
+        status=status,
+        runtime=RuntimeName(row.runtime),
+        model_url=row.model_url,
+        node_id=row.node_id,
+        idle_timeout_sec=row.idle_timeout_sec,
+        max_batch=row.max_batch,
+        created_at=row.created_at,
+        ready_at=row.ready_at,
+        last_used_at=row.last_used_at,
+        closed_at=row.closed_at,
+        expires_at=(last_used + timedelta(seconds=row.idle_timeout_sec))
+        if status.open and last_used
+        else None,
+        forward_count=row.forward_count + (live.unflushed_forwards if live else 0),
+        device=row.device,
+        inputs=row.inputs,
+        error=error,
+        gpus=row.gpus,
+        gpu_indices=row.gpu_indices,
+        rate_per_hour=billing.cost_text(row.rate_micro_per_hour),
+        cost=billing.cost_text(row.cost_micro),
+    )
+
+
+class NotConnectedYet(Exception):
+    """A node that serves the session is online but its channel has not connected yet."""
+
+
+@dataclass(frozen=True)
+class ForwardAnswer:
+    format: str
+    body: bytes
+
+
+async def _owned(session: AsyncSession, tenant_id: str, session_id: str) -> SessionRow:
+    row = await session.get(SessionRow, session_id)
+    if row is None or row.tenant_id != tenant_id:
+        raise NotFound(f"session {session_id} does not exist")
+    return row
+
+
+def ended(session_id: str, status: SessionStatus, error: SessionError | None) -> ApiError:
+    """The answer to a forward sent to a session that is over: 410 SESSION_CLOSED."""
+    reason = f": {error.message}" if error is not None else ""
+    return Gone(
+        f"session {session_id} is {status.value}{reason}; create a new session",
+        code=ErrorCode.SESSION_CLOSED,
+        details={"status": status.value, "reason": error.code if error else None},
+    )
+
+
+def _forward_error(exc: ForwardFailed) -> ApiError:
+    if exc.status == 409:
+        return Conflict(exc.error.message, details={"code": exc.error.code})
+    if exc.status == 504:
+        return Unavailable(exc.error.message, details={"code": exc.error.code})
+    return Gone(
+        exc.error.message, code=ErrorCode.SESSION_CLOSED, details={"reason": exc.error.code}
+    )
+
+
+class Sessions:
+    """The session rules over one replica's hub; built per use from what it needs."""
+
+    def __init__(self, db: Database, hub: SessionHub, clock: Clock, settings: Settings) -> None:
+        self.db = db
+        self.hub = hub
+        self.clock = clock
+        self.settings = settings
+
+    # Tenants
+
+    async def create(
+        self,
+        tenant_id: str,
+        body: SessionCreate,
+        *,
+        origins: set[str],
+        ctx: claims.LeaseContext,
+    ) -> Session:
+        try:
+            return await self._create(tenant_id, body, origins=origins, ctx=ctx)
+        except NotConnectedYet:
+            await self.hub.wait_for_attach(CONNECT_GRACE_SEC)
+        try:
+            return await self._create(tenant_id, body, origins=origins, ctx=ctx)
+        except NotConnectedYet:
+            raise Unavailable(
+                "the nodes that could hold this session are online but not reachable for "
+                "sessions yet; retry shortly",
+                code=ErrorCode.NO_CAPACITY,
+                headers={"Retry-After": "5"},
+            ) from None
+
+    async def _create(
+        self, tenant_id: str, body: SessionCreate, *, origins: set[str], ctx: claims.LeaseContext
+    ) -> Session:
+        now = self.clock.now()
+        req = requirements_of(body, gpus=max(body.gpus, 1))
+        async with self.db.write() as session:
+            model = await resolve_url(
+                session,
+                tenant_id,
+                "model_url",
+                body.model_url,
+                body.model_checksum_sha256,
+                origins,
+                now,
+            )
+            ref = await claims.artifact_ref(
+                session, body.model_url, model.artifact_id, model.sha256, now, ctx
+            )
+            assert ref is not None  # resolve_url refused expired artifacts already
+            size = (
+                await session.scalar(
+                    select(ArtifactRow.size).where(ArtifactRow.id == model.artifact_id)
+                )
+                if model.artifact_id
+                else None
+            )
+            reserve_mb = memory_fit.session_reservation_mb(size, req.min_vram_mb)
+            # A whole-GPU session holds its GPUs, not a share of the node's memory.
+            shared_mb = reserve_mb if body.gpus == 0 else 0
+            if body.reservation_id is not None:
+                node = await reservation_holds.session_node(
+                    session,
+                    tenant_id,
+                    body.reservation_id,
+                    req,
+                    shared_mb,
+                    self.hub.connected_nodes(),
+                    now,
+                )
+                indices: list[int] | None = await gpus.in_reservation(
+                    session,
+                    node,
+                    req,
+                    body.gpus,
+                    await reservation_holds.held_on(session, now, node.id),
+                    body.reservation_id,
+                )
+            else:
+                node, indices = await self._choose_node(
+                    session, req, body.gpus, shared_mb, now, ctx.settings
+                )
+            row = SessionRow(
+                id=new_id("ses"),
+                tenant_id=tenant_id,
+                node_id=node.id,
+                status=SessionStatus.STARTING.value,
+                runtime=body.runtime.value,
+                model_url=body.model_url,
+                model_artifact_id=model.artifact_id,
+                model_sha256=model.sha256,
+                idle_timeout_sec=body.idle_timeout_sec,
+                max_batch=body.max_batch,
+                max_concurrency=body.max_concurrency,
+                reserved_mb=shared_mb,
+                created_at=now,
+                touched_at=now,
+                forward_count=0,
+                reservation_id=body.reservation_id,
+                gpus=body.gpus,
+                gpu_indices=indices or None,
+            )
+            await session_billing.open_billing(session, row, node, self.settings, now)
+            session.add(row)
+        live = LiveSession(
+            id=row.id,
+            tenant_id=tenant_id,
+            node_id=node.id,
+            idle_timeout_sec=body.idle_timeout_sec,
+            last_used=now,
+        )
+        await self.hub.open(
+            live,
+            OpenSession(
+                session_id=row.id,
+                runtime=body.runtime,
+                model=ref,
+                max_batch=body.max_batch,
+                max_concurrency=body.max_concurrency,
+                max_answer_bytes=ctx.settings.max_forward_bytes,
+                gpu_indices=indices or None,
+            ),
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(live.settled.wait(), CREATE_WAIT_SEC)
+        return await self.get(tenant_id, row.id)
+
+    async def _choose_node(
+        self,
+        session: AsyncSession,
+        req: Requirements,
+        whole: int,
+        reserve_mb: int,
+        now: datetime,
+        settings: Settings,
+    ) -> tuple[NodeRow, list[int] | None]:
+        """The node for a session outside reservations, and the whole GPUs it holds there."""
+        online = await nodes.live_nodes(session, now, settings)
+        holds = await reservation_holds.held_on(session, now)
+        # A session sharing the first GPU: not on a node where that GPU is reserved or held.
+        whole_held = await gpu_assignment.session_held(session) if whole == 0 else {}
+        live = [
+            n
+            for n in online
+            if serves(n, req, now)
+            and (
+                whole > 0
+                or not (
+                    reservation_holds.sessions_barred(n, holds)
+                    or gpus.first_gpu_held(n, whole_held)
+                )
+            )
+        ]
+        connected = self.hub.connected_nodes()
+        candidates = [n for n in live if n.id in connected]
+        if not candidates and live:
+            raise NotConnectedYet
+        if not candidates:
+            raise no_capacity(req, nothing_meets(online, req, now))
+        reserved = await memory_fit.session_reservations(session)
+        free = {
+            n.id: memory_fit.capacity_mb(n, req.runtime.needs_gpu) - reserved.get(n.id, 0)
+            for n in candidates
+        }
+        roomy = [n for n in candidates if free[n.id] >= reserve_mb]
+        if not roomy:
+            largest = max(free.values())
+            raise Unavailable(
+                f"every node that serves {req.runtime.value} is full: the largest has "
+                f"{max(largest, 0)} MB free and this model needs about {reserve_mb} MB; "
+                "close idle sessions or retry later",
+                code=ErrorCode.NO_CAPACITY,
+                details={"constraint": "memory"},
+                headers={"Retry-After": "30"},
+            )
+        if whole == 0:
+            # The best ranked node that has room (SPEC §4.1); the roomiest among equals.
+            return max(roomy, key=lambda n: (ranking.rank(n), free[n.id])), None
+        chosen = {n.id: await gpus.choose(session, n, req, holds) for n in roomy}
+        fitting = [n for n in roomy if chosen[n.id] is not None]
+        if not fitting:
+            raise gpus.none_free(req)
+        best = max(fitting, key=lambda n: (ranking.rank(n), free[n.id]))
+        indices = await gpus.choose(session, best, req, holds, lock=True)  # again, locked
+        if indices is None:
+            raise gpus.none_free(req)  # a claim or a session took them meanwhile
+        return best, indices
+
+    async def get(self, tenant_id: str, session_id: str) -> Session:
+        # The live state first: the hub forgets a session only after its row is final, so
+        # a row read now is final whenever the hub no longer knew the session before it.
+        live = self.hub.get(session_id)
+        async with self.db.read() as session:
+            row = await _owned(session, tenant_id, session_id)
+        if live is not None and not live.status.open and SessionStatus(row.status).open:
+            # It ended while the row was read: a session is ended in the hub after its
+            # row is final (idle, deleted, unpaid), so the row now says why.
+            async with self.db.read() as session:
+                row = await _owned(session, tenant_id, session_id)
+        return to_wire(row, live)
+
+    async def list_for_tenant(
+        self, tenant_id: str, *, include_closed: bool, limit: int
+    ) -> list[Session]:
+        query = select(SessionRow).where(SessionRow.tenant_id == tenant_id)
+        if not include_closed:
+            query = query.where(SessionRow.status.in_(OPEN_SESSION_VALUES))
+        live = {held.id: held for held in self.hub.held()}  # before the read, as in `get`
+        async with self.db.read() as session:
+            rows = (await session.scalars(query.order_by(SessionRow.id.desc()).limit(limit))).all()
+        return [to_wire(row, live.get(row.id)) for row in rows]
+
+    async def delete(self, tenant_id: str, session_id: str) -> Session:
+        async with self.db.read() as session:
+            await _owned(session, tenant_id, session_id)
+        await self._finish(session_id, SessionStatus.CLOSED, self.clock.now())
+        await self.hub.close(
+            session_id, "the session was deleted by its tenant", status=SessionStatus.CLOSED
+        )
+        return await self.get(tenant_id, session_id)
+
+    async def forward(
+        self, tenant_id: str, session_id: str, fmt: str, payload: bytes
+    ) -> ForwardAnswer:
+        live = self.hub.get(session_id)
+        if live is None or live.tenant_id != tenant_id:
+            async with self.db.read() as session:
+                row = await _owned(session, tenant_id, session_id)
+            status = SessionStatus(row.status)
+            if status.open:
+                raise Unavailable(
+                    "this coordinator does not hold the session's connection (it is pinned to "
+                    "another replica or was lost in a restart); retry, or create a new session",
+                    headers={"Retry-After": "1"},
+                )
+            error = (
+                SessionError(code=row.error_code, message=row.error_message or "")
+                if row.error_code
+                else None
+            )
+            raise ended(row.id, status, error)
+        if live.status is SessionStatus.STARTING:
+            try:
+                await asyncio.wait_for(live.settled.wait(), START_WAIT_SEC)
+            except TimeoutError as exc:
+                raise Unavailable(f"session {session_id} is still starting; retry") from exc
+        if not live.status.open:
+            raise ended(session_id, live.status, live.error)
+        try:
+            header, body = await self.hub.forward(live, fmt, payload, FORWARD_TIMEOUT_SEC)
+        except ForwardFailed as exc:
+            raise _forward_error(exc) from exc
+        if not header.ok:
+            error = header.error or SessionError(code=ErrorCode.RUNTIME_ERROR, message="failed")
+            if error.code == ErrorCode.PAYLOAD_TOO_LARGE:
+                raise PayloadTooLarge(error.message, details={"session": "still usable"})
+            raise ApiError(
+                error.message,
+                code=ErrorCode.VALIDATION_ERROR,
+                details={"code": error.code, "session": "still usable"},
+            )
+        return ForwardAnswer(format=header.format, body=body)
+
+    # Agents
+
+    async def on_ready(
+        self, node_id: str, session_id: str, device: str, inputs: list[dict[str, object]]
+    ) -> None:
+        live = self.hub.get(session_id)
+        if live is None or live.node_id != node_id:
+            return
+        now = self.clock.now()
+        async with self.db.write() as session:
+            await session.execute(
+                update(SessionRow)
+                .where(
+                    SessionRow.id == session_id,
+                    SessionRow.status == SessionStatus.STARTING.value,
+                )
+                .values(
+                    status=SessionStatus.READY.value,
+                    ready_at=now,
+                    touched_at=now,
+                    device=device,
+                    inputs=inputs,
+                )
+            )
+        live.last_used = now
+        self.hub.settle(session_id, SessionStatus.READY)
+
+    async def on_failed(self, node_id: str, session_id: str, error: SessionError) -> None:
+        live = self.hub.get(session_id)
+        if live is None or live.node_id != node_id:
+            return
+        await self._finish(session_id, SessionStatus.FAILED, self.clock.now(), error)
+        self.hub.settle(session_id, SessionStatus.FAILED, error)
+
+    async def on_node_lost(self, lost: list[LiveSession]) -> None:
+        """Record the failure; the hub keeps answering for these sessions until it is written."""
+        now = self.clock.now()
+        for live in lost:
+            try:
+                await self._finish(live.id, SessionStatus.FAILED, now, live.error)
+            except Exception:  # the upkeep loop fails it later as unheld (STALE_AFTER_SEC)
+                log.exception("could not record that session %s failed", live.id)
+        self.hub.forget([live.id for live in lost])
+
+    # Upkeep
+
+    async def maintain(self) -> None:
+        """Close idle sessions, flush counters, and fail open sessions no replica holds."""
+        now = self.clock.now()
+        for live in list(self.hub.idle()):
+            await self._finish(
+                live.id,
+                SessionStatus.CLOSED,
+                now,
+                SessionError(
+                    code=ErrorCode.IDLE_TIMEOUT,
+                    message=f"closed after {live.idle_timeout_sec} s without a forward",
+                ),
+            )
+            await self.hub.close(live.id, "idle timeout", status=SessionStatus.CLOSED)
+        async with self.db.write() as session:
+            for live in self.hub.held():
+                values: dict[str, object] = {"touched_at": now}
+                if live.used_since_flush:
+                    values["last_used_at"] = now
+                    live.used_since_flush = False
+                if live.unflushed_forwards:
+                    values["forward_count"] = SessionRow.forward_count + live.unflushed_forwards
+                    live.unflushed_forwards = 0
+                await session.execute(
+                    update(SessionRow).where(SessionRow.id == live.id).values(**values)
+                )
+            stale = (
+                await session.scalars(
+                    select(SessionRow.id).where(
+                        SessionRow.status.in_(OPEN_SESSION_VALUES),
+                        SessionRow.touched_at < now - timedelta(seconds=STALE_AFTER_SEC),
+                    )
+                )
+            ).all()
+            for session_id in stale:
+                await self._close_row(
+                    session,
+                    session_id,
+                    {
+                        "status": SessionStatus.FAILED.value,
+                        "closed_at": now,
+                        "error_code": ErrorCode.NODE_LOST.value,
+                        "error_message": "the session's coordinator or node went away",
+                    },
+                )
+        await self._bill_held(now)
+
+    async def _bill_held(self, now: datetime) -> None:
+        """Charge the sessions held here as they go; close those the balance no longer
+        covers (`session_billing`)."""
+        if not billing.prepaid(self.settings):
+            return
+        async with self.db.read() as session:
+            held = await session_billing.due(session, [live.id for live in self.hub.held()], now)
+        for session_id in held:
+            async with self.db.write() as session:
+                covered = await session_billing.bill_held(session, session_id, now, self.settings)
+            if covered:
+                continue
+            await self._finish(
+                session_id,
+                SessionStatus.CLOSED,
+                now,
+                SessionError(
+                    code=ErrorCode.INSUFFICIENT_BALANCE,
+                    message="closed: the balance cannot cover the session's next hour; "
+                    "top up and open a new session",
+                ),
+            )
+            await self.hub.close(session_id, "insufficient balance", status=SessionStatus.CLOSED)
+
+    async def _close_row(
+        self, session: AsyncSession, session_id: str, values: dict[str, object]
+    ) -> None:
+        """Close an open session's row and settle what it cost, in one transaction."""
+        closed = await session.execute(
+            update(SessionRow)
+            .where(SessionRow.id == session_id, SessionRow.status.in_(OPEN_SESSION_VALUES))
+            .values(**values)
+        )
+        if closed.rowcount == 1:  # type: ignore[attr-defined]
+            await session_billing.settle(session, session_id)
+
+    async def _finish(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        now: datetime,
+        error: SessionError | None = None,
+    ) -> None:
+        live = self.hub.get(session_id)
+        values: dict[str, object] = {"status": status.value, "closed_at": now, "touched_at": now}
+        if live is not None and live.unflushed_forwards:
+            values["forward_count"] = SessionRow.forward_count + live.unflushed_forwards
+            live.unflushed_forwards = 0
+        if error is not None:
+            values.update(error_code=error.code, error_message=error.message)
+        async with self.db.write() as session:
+            await self._close_row(session, session_id, values)

@@ -1,0 +1,303 @@
+"""The one owner of an invoke's status: every transition, each a guarded UPDATE.
+
+    queued ──assign──▶ assigned ──start──▶ running
+      │                   │                   │
+      ├─cancel_queued     ├─ finish (agent: done, failed, timeout, canceled)
+      └─fail_queued       ├─ end (coordinator: lease lost for good, overran, canceled)
+        (failed,          ├─ requeue ──▶ queued (lease expired, attempts left)
+         canceled)        └─ requeue_preempted ──▶ queued (spot work stopped for
+                              on-demand work: preemptions + 1, not an attempt lost)
+
+A transition names the statuses it leaves from and, for a leased invoke, the
+lease (node and token) it must still hold. The UPDATE must touch exactly one row;
+zero rows means another actor got there first, and the caller learns it as `False`.
+Nothing else in the coordinator writes `InvokeRow.status`. Every transition into a
+final status settles the invoke's money (`billing.settle`) in the same transaction, so
+a status is never final without its charge or release, nor charged twice; likewise a
+preempted attempt is charged for the progress it kept (`billing.charge_preempted`) in
+the transaction that requeues it.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import null, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.core.orm import InvokeRow
+from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
+from gpu_share.coordinator.services.money import billing
+from gpu_share.protocol.errors import ErrorCode
+from gpu_share.protocol.invokes import InvokeError, InvokeResult, InvokeStatus, Priority
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who holds an invoke: the node and the token it was leased with."""
+
+    invoke_id: str
+    node_id: str
+    token: str
+
+
+async def _transition(
+    session: AsyncSession,
+    invoke_id: str,
+    leaving: list[str],
+    values: dict[str, Any],
+    *guards: Any,
+) -> bool:
+    done = await session.execute(
+        update(InvokeRow)
+        .where(InvokeRow.id == invoke_id, InvokeRow.status.in_(leaving), *guards)
+        .values(**values)
+    )
+    return bool(done.rowcount == 1)  # type: ignore[attr-defined]
+
+
+async def _final(
+    session: AsyncSession,
+    invoke_id: str,
+    leaving: list[str],
+    values: dict[str, Any],
+    *guards: Any,
+) -> bool:
+    """A transition into a final status, settled in the same transaction."""
+    if not await _transition(session, invoke_id, leaving, values, *guards):
+        return False
+    await billing.settle(session, invoke_id, values["finished_at"])
+    return True
+
+
+def _held(lease: Lease) -> list[Any]:
+    return [InvokeRow.node_id == lease.node_id, InvokeRow.lease_token == lease.token]
+
+
+async def assign(
+    session: AsyncSession,
+    invoke_id: str,
+    lease: Lease,
+    *,
+    attempt: int,
+    expires_at: datetime,
+    now: datetime,
+    rate_micro_per_hour: int = 0,
+    gpu_indices: list[int] | None = None,
+    start_timeout_sec: int | None = None,
+) -> bool:
+    """queued → assigned: the node holds it until `expires_at` unless heartbeats extend it;
+    its rate is fixed now (`billing.placed_rate`), and the GPUs it gets are recorded.
+    With `start_timeout_sec`, queued → running at once: the lease is the start (as
+    `start`, its deadline counting from now)."""
+    started = (
+        {}
+        if start_timeout_sec is None
+        else {
+            "status": InvokeStatus.RUNNING.value,
+            "started_at": now,
+            "deadline_at": now + timedelta(seconds=start_timeout_sec),
+        }
+    )
+    return await _transition(
+        session,
+        invoke_id,
+        [InvokeStatus.QUEUED.value],
+        {
+            "status": InvokeStatus.ASSIGNED.value,
+            "node_id": lease.node_id,
+            "lease_token": lease.token,
+            "lease_expires_at": expires_at,
+            "attempts": attempt,
+            "assigned_at": now,
+            "rate_micro_per_hour": rate_micro_per_hour,
+            "gpu_indices": null() if gpu_indices is None else gpu_indices,  # SQL NULL
+            **started,
+        },
+        InvokeRow.attempts == attempt - 1,
+    )
+
+
+async def fail_queued(
+    session: AsyncSession, invoke_id: str, code: ErrorCode, message: str, now: datetime
+) -> bool:
+    """queued → failed: it can never start (an artifact it needs expired)."""
+    return await _final(
+        session,
+        invoke_id,
+        [InvokeStatus.QUEUED.value],
+        _ended(InvokeStatus.FAILED, code, message, now),
+    )
+
+
+async def cancel_queued(session: AsyncSession, invoke_id: str, now: datetime) -> bool:
+    """queued → canceled, at the tenant's word."""
+    values = _ended(
+        InvokeStatus.CANCELED,
+        ErrorCode.CANCELED,
+        "canceled by the tenant before it started",
+        now,
+    )
+    return await _final(
+        session, invoke_id, [InvokeStatus.QUEUED.value], {**values, "cancel_requested_at": now}
+    )
+
+
+async def request_cancel(session: AsyncSession, invoke_id: str, now: datetime) -> bool:
+    """Record the tenant's intent on a leased invoke; its node stops it and reports."""
+    return await _transition(
+        session,
+        invoke_id,
+        ACTIVE_VALUES,
+        {"cancel_requested_at": now},
+        InvokeRow.cancel_requested_at.is_(None),
+    )
+
+
+async def start(session: AsyncSession, lease: Lease, *, timeout_sec: int, now: datetime) -> bool:
+    """assigned → running; the job's deadline counts from now."""
+    return await _transition(
+        session,
+        lease.invoke_id,
+        ACTIVE_VALUES,
+        {
+            "status": InvokeStatus.RUNNING.value,
+            "started_at": now,
+            "deadline_at": now + timedelta(seconds=timeout_sec),
+        },
+        *_held(lease),
+    )
+
+
+async def extend(session: AsyncSession, lease: Lease, expires_at: datetime) -> bool:
+    """Keep the lease (a heartbeat): the status stays, the deadline of the lease moves."""
+    return await _transition(
+        session, lease.invoke_id, ACTIVE_VALUES, {"lease_expires_at": expires_at}, *_held(lease)
+    )
+
+
+async def finish(
+    session: AsyncSession,
+    lease: Lease,
+    status: InvokeStatus,
+    *,
+    result: InvokeResult | None,
+    error: InvokeError | None,
+    started_at: datetime,
+    now: datetime,
+) -> bool:
+    """assigned/running → the verdict its node reported (done, failed, timeout, canceled)."""
+    assert status.terminal, status
+    return await _final(
+        session,
+        lease.invoke_id,
+        ACTIVE_VALUES,
+        {
+            "status": status.value,
+            "finished_at": now,
+            "started_at": started_at,
+            "result": result.model_dump(mode="json") if result is not None else None,
+            "error_code": error.code if error else None,
+            "error_message": error.message if error else None,
+        },
+        *_held(lease),
+    )
+
+
+async def requeue(session: AsyncSession, lease: Lease) -> bool:
+    """assigned/running → queued: its node went silent and attempts are left."""
+    return await _transition(
+        session,
+        lease.invoke_id,
+        ACTIVE_VALUES,
+        {
+            "status": InvokeStatus.QUEUED.value,
+            "node_id": None,
+            "lease_token": None,
+            "lease_expires_at": None,
+            "assigned_at": None,
+            "started_at": None,
+            "deadline_at": None,
+        },
+        *_held(lease),
+    )
+
+
+async def request_preempt(session: AsyncSession, lease: Lease, now: datetime) -> bool:
+    """Record that on-demand work needs this spot invoke's slot; its node hears PREEMPT.
+
+    Only a running (or assigned) spot invoke the tenant has not canceled, once."""
+    return await _transition(
+        session,
+        lease.invoke_id,
+        ACTIVE_VALUES,
+        {"preempt_requested_at": now},
+        *_held(lease),
+        InvokeRow.priority == Priority.SPOT.value,
+        InvokeRow.preempt_requested_at.is_(None),
+        InvokeRow.cancel_requested_at.is_(None),
+    )
+
+
+async def requeue_preempted(session: AsyncSession, lease: Lease, now: datetime) -> bool:
+    """assigned/running → queued after a preemption: counted in `preemptions`, never
+    against `max_attempts`. The progress the attempt kept (up to its last checkpoint,
+    which stays for the next attempt) is charged in the same transaction
+    (`billing.charge_preempted`); the rest of the reserve stays held."""
+    attempt, started_at = (
+        await session.execute(
+            select(InvokeRow.attempts, InvokeRow.started_at).where(InvokeRow.id == lease.invoke_id)
+        )
+    ).one()
+    if not await _transition(
+        session,
+        lease.invoke_id,
+        ACTIVE_VALUES,
+        {
+            "status": InvokeStatus.QUEUED.value,
+            "node_id": None,
+            "lease_token": None,
+            "lease_expires_at": None,
+            "assigned_at": None,
+            "started_at": None,
+            "deadline_at": None,
+            "preempt_requested_at": None,
+            "preemptions": InvokeRow.preemptions + 1,
+        },
+        *_held(lease),
+        InvokeRow.preempt_requested_at.is_not(None),
+    ):
+        return False
+    await billing.charge_preempted(
+        session,
+        lease.invoke_id,
+        attempt=attempt,
+        node_id=lease.node_id,
+        started_at=started_at,
+        now=now,
+    )
+    return True
+
+
+async def end(
+    session: AsyncSession,
+    lease: Lease,
+    status: InvokeStatus,
+    code: ErrorCode,
+    message: str,
+    now: datetime,
+) -> bool:
+    """assigned/running → a verdict the coordinator reaches without its node."""
+    return await _final(
+        session, lease.invoke_id, ACTIVE_VALUES, _ended(status, code, message, now), *_held(lease)
+    )
+
+
+def _ended(status: InvokeStatus, code: ErrorCode, message: str, now: datetime) -> dict[str, Any]:
+    assert status.terminal, status
+    return {
+        "status": status.value,
+        "finished_at": now,
+        "error_code": code.value,
+        "error_message": message,
+    }

@@ -1,0 +1,301 @@
+"""Leased invokes from the agent's side: start, extend, log, report; and expiry of
+lost leases. Leases are made by `claims`.
+
+Status changes go through `invoke_state`, each guarded by the lease the caller
+holds; a transition that touches no row means the caller's lease is stale.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.core.errors import Conflict, NotFound
+from gpu_share.coordinator.core.orm import InvokeLogRow, InvokeRow, NodeRow
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
+from gpu_share.coordinator.services.nodes import nodes, presence
+from gpu_share.coordinator.services.work import invoke_state
+from gpu_share.coordinator.services.work.invoke_state import Lease
+from gpu_share.protocol import agent as wire
+from gpu_share.protocol.errors import ErrorCode
+from gpu_share.protocol.invokes import InvokeStatus
+
+
+def _stale(invoke_id: str) -> Conflict:
+    return Conflict(
+        f"lease on invoke {invoke_id} is stale: it was requeued, canceled or finished; "
+        "drop the job and report nothing",
+        details={"verdict": wire.LeaseVerdict.DROP.value},
+    )
+
+
+async def mark_started(session: AsyncSession, lease: Lease, now: datetime) -> None:
+    row = await session.get(InvokeRow, lease.invoke_id)
+    if row is None or _verdict(row, lease) is wire.LeaseVerdict.DROP:
+        raise _stale(lease.invoke_id)
+    if row.status == InvokeStatus.RUNNING.value:
+        return  # a retried start
+    if not await invoke_state.start(session, lease, timeout_sec=row.timeout_sec, now=now):
+        raise _stale(lease.invoke_id)
+
+
+def _verdict(row: InvokeRow | None, lease: Lease) -> wire.LeaseVerdict:
+    if (
+        row is None
+        or row.node_id != lease.node_id
+        or row.lease_token != lease.token
+        or row.status not in ACTIVE_VALUES
+    ):
+        return wire.LeaseVerdict.DROP
+    if row.cancel_requested_at is not None:
+        return wire.LeaseVerdict.CANCEL
+    if row.preempt_requested_at is not None:
+        return wire.LeaseVerdict.PREEMPT
+    return wire.LeaseVerdict.KEEP
+
+
+async def heartbeat(
+    session: AsyncSession,
+    node_id: str,
+    beat: wire.Heartbeat,
+    now: datetime,
+    settings: Settings,
+) -> wire.HeartbeatAck:
+    node = await session.get(NodeRow, node_id)
+    if node is None:
+        raise NotFound(f"node {node_id} does not exist")
+    node.last_seen_at = now
+    node.telemetry = beat.telemetry.model_dump()
+    nodes.record_telemetry(session, node_id, beat.telemetry, now)
+    await presence.record_beat(session, node_id, now)
+    expires = now + timedelta(seconds=settings.lease_ttl_sec)
+    ids = [running.invoke_id for running in beat.running]
+    rows = (
+        {
+            row.id: row
+            for row in (await session.scalars(select(InvokeRow).where(InvokeRow.id.in_(ids)))).all()
+        }
+        if ids
+        else {}
+    )
+    statuses: list[wire.LeaseStatus] = []
+    for running in beat.running:
+        lease = Lease(running.invoke_id, node_id, running.lease_token)
+        verdict = _verdict(rows.get(running.invoke_id), lease)
+        # A job told to stop for a preemption is not extended: if its node never
+        # confirms, the lease runs out and expiry requeues it all the same.
+        if verdict not in (
+            wire.LeaseVerdict.DROP,
+            wire.LeaseVerdict.PREEMPT,
+        ) and not await invoke_state.extend(session, lease, expires):
+            verdict = wire.LeaseVerdict.DROP  # requeued or finished since the read
+        held: datetime | None = expires
+        if verdict is wire.LeaseVerdict.PREEMPT:
+            held = rows[running.invoke_id].lease_expires_at
+        statuses.append(
+            wire.LeaseStatus(
+                invoke_id=running.invoke_id,
+                verdict=verdict,
+                lease_expires_at=None if verdict is wire.LeaseVerdict.DROP else held,
+            )
+        )
+    return wire.HeartbeatAck(
+        leases=statuses,
+        heartbeat_interval_sec=settings.heartbeat_interval_sec,
+        run_benchmark=node.benchmark_requested_at is not None,
+    )
+
+
+async def append_log(
+    session: AsyncSession,
+    lease: Lease,
+    text: str,
+    now: datetime,
+    settings: Settings,
+) -> wire.LeaseVerdict:
+    row = await session.get(InvokeRow, lease.invoke_id, with_for_update=True)
+    verdict = _verdict(row, lease)
+    if verdict is wire.LeaseVerdict.DROP:
+        raise _stale(lease.invoke_id)
+    assert row is not None
+    add_log(session, row, text, now, settings)
+    return verdict
+
+
+def add_log(
+    session: AsyncSession, row: InvokeRow, text: str, now: datetime, settings: Settings
+) -> None:
+    """Append to the invoke's log, truncating once it reaches the per-invoke cap."""
+    room = settings.max_log_bytes_per_invoke - row.log_bytes
+    if room <= 0 or not text:
+        return
+    data = text.encode()
+    if len(data) > room:
+        text = data[:room].decode(errors="ignore") + "\n[log truncated: size limit reached]\n"
+        row.log_bytes = settings.max_log_bytes_per_invoke
+    else:
+        row.log_bytes += len(data)
+    session.add(InvokeLogRow(invoke_id=row.id, attempt=row.attempts, created_at=now, text=text))
+
+
+async def leased_invoke(session: AsyncSession, lease: Lease) -> InvokeRow:
+    row = await session.get(InvokeRow, lease.invoke_id)
+    if _verdict(row, lease) is wire.LeaseVerdict.DROP:
+        raise _stale(lease.invoke_id)
+    assert row is not None
+    return row
+
+
+async def record_checkpoint(session: AsyncSession, lease: Lease, artifact_id: str) -> str | None:
+    """Point the invoke at its newest snapshot; returns the one it replaces (to delete)."""
+    row = await session.get(InvokeRow, lease.invoke_id, with_for_update=True)
+    if row is None or _verdict(row, lease) is wire.LeaseVerdict.DROP:
+        raise _stale(lease.invoke_id)
+    previous = row.checkpoint_artifact_id
+    row.checkpoint_artifact_id = artifact_id
+    return previous
+
+
+def _ms(later: datetime | None, earlier: datetime | None) -> int | None:
+    if later is None or earlier is None:
+        return None
+    return max(0, int((later - earlier).total_seconds() * 1000))
+
+
+async def report_result(
+    session: AsyncSession,
+    lease: Lease,
+    report: wire.ResultReport,
+    now: datetime,
+    settings: Settings,
+) -> InvokeStatus:
+    """Record the node's verdict exactly once, after the last log text it carries; a retry
+    of the same report is answered the same."""
+    row = await session.get(InvokeRow, lease.invoke_id, with_for_update=True)
+    if row is None:
+        raise NotFound(f"invoke {lease.invoke_id} does not exist")
+    status = InvokeStatus(row.status)
+    if status.terminal and row.lease_token == lease.token and row.node_id == lease.node_id:
+        return status  # the agent retried a report that was already recorded
+    result = report.result
+    if result is not None:
+        queue_ms = _ms(row.started_at or row.assigned_at, row.created_at)
+        result = result.model_copy(
+            update={"metrics": result.metrics.model_copy(update={"queue_ms": queue_ms})}
+        )
+    if not await invoke_state.finish(
+        session,
+        lease,
+        report.status,
+        result=result,
+        error=report.error,
+        started_at=row.started_at or now,
+        now=now,
+    ):
+        raise _stale(lease.invoke_id)
+    add_log(session, row, report.log, now, settings)
+    return report.status
+
+
+@dataclass
+class ExpiryReport:
+    requeued: int = 0
+    failed: int = 0
+    canceled: int = 0
+    timed_out: int = 0
+
+
+async def expire_leases(
+    session: AsyncSession, now: datetime, settings: Settings, batch: int = 200
+) -> ExpiryReport:
+    """Requeue invokes whose node went silent; fail them after `max_attempts` leases.
+
+    Also ends jobs that overran their timeout by more than a lease (their agent kept
+    heartbeating but never reported).
+    """
+    report = ExpiryReport()
+    grace = timedelta(seconds=settings.lease_ttl_sec)
+    rows = (
+        await session.scalars(
+            select(InvokeRow)
+            .where(InvokeRow.status.in_(ACTIVE_VALUES), InvokeRow.lease_expires_at < now)
+            .order_by(InvokeRow.lease_expires_at)
+            .limit(batch)
+            .with_for_update(skip_locked=True)
+        )
+    ).all()
+    for row in rows:
+        lease = _lease_of(row)
+        if row.cancel_requested_at is not None:
+            if await invoke_state.end(
+                session,
+                lease,
+                InvokeStatus.CANCELED,
+                ErrorCode.CANCELED,
+                "canceled by the tenant",
+                now,
+            ):
+                report.canceled += 1
+        elif row.preempt_requested_at is not None:
+            # Stopped for on-demand work but never confirmed (its node went away during
+            # the preemption): still a preemption, requeued once, never a lost attempt.
+            if await invoke_state.requeue_preempted(session, lease, now):
+                add_log(
+                    session,
+                    row,
+                    f"[coordinator] preempted for on-demand work; node {lease.node_id} did "
+                    "not confirm before its lease ran out; requeued\n",
+                    now,
+                    settings,
+                )
+                report.requeued += 1
+        elif row.attempts - row.preemptions >= row.max_attempts:
+            if await invoke_state.end(
+                session,
+                lease,
+                InvokeStatus.FAILED,
+                ErrorCode.LEASE_EXPIRED,
+                f"the node running it stopped responding, {row.attempts - row.preemptions} "
+                "times; giving up",
+                now,
+            ):
+                report.failed += 1
+        elif await invoke_state.requeue(session, lease):
+            add_log(
+                session,
+                row,
+                f"[coordinator] node {lease.node_id} stopped responding; requeued "
+                f"(attempt {row.attempts - row.preemptions} of {row.max_attempts})\n",
+                now,
+                settings,
+            )
+            report.requeued += 1
+    overdue = (
+        await session.scalars(
+            select(InvokeRow)
+            .where(
+                InvokeRow.status == InvokeStatus.RUNNING.value,
+                InvokeRow.deadline_at < now - grace,
+            )
+            .with_for_update(skip_locked=True)
+            .limit(batch)
+        )
+    ).all()
+    for row in overdue:
+        if await invoke_state.end(
+            session,
+            _lease_of(row),
+            InvokeStatus.TIMEOUT,
+            ErrorCode.TIMEOUT,
+            f"the job ran past its timeout_sec={row.timeout_sec} and its node did not stop it",
+            now,
+        ):
+            report.timed_out += 1
+    return report
+
+
+def _lease_of(row: InvokeRow) -> Lease:
+    assert row.node_id is not None and row.lease_token is not None  # an active invoke
+    return Lease(row.id, row.node_id, row.lease_token)

@@ -1,0 +1,85 @@
+"""The tenant's Usage page (SPEC §4.4, §5): balance, charges per day and per runtime, CSV.
+
+It reads the same services as `GET /v1/billing/balance` and `/v1/billing/usage`, with
+the signed-in tenant's id, so it shows exactly what the API answers that tenant.
+"""
+
+from datetime import date
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from gpu_share.coordinator.core.errors import ValidationFailed
+from gpu_share.coordinator.services.money import tenant_billing
+from gpu_share.coordinator.web.pages import SignedTenant
+from gpu_share.protocol.billing import UsageGroup
+from gpu_share.protocol.money import to_micro
+
+router = APIRouter(include_in_schema=False)
+
+DATES = (("from", "From"), ("to", "To (inclusive)"))
+
+
+def _dates(request: Request, today: date) -> tuple[date, date, dict[str, str], dict[str, str]]:
+    """The period asked for, what was typed, and what is wrong with it (then the default)."""
+    entered = {name: request.query_params.get(name, "").strip() for name, _ in DATES}
+    errors: dict[str, str] = {}
+    parsed: dict[str, date | None] = {}
+    for name, _ in DATES:
+        try:
+            parsed[name] = date.fromisoformat(entered[name]) if entered[name] else None
+        except ValueError:
+            errors[name] = "Give a date as YYYY-MM-DD"
+            parsed[name] = None
+    try:
+        start, end = tenant_billing.period(parsed["from"], parsed["to"], today)
+    except ValidationFailed as exc:
+        errors["from"] = exc.message.split(": ", 1)[-1]
+        start, end = tenant_billing.period(None, None, today)
+    if errors:
+        start, end = tenant_billing.period(None, None, today)
+    return start, end, entered, errors
+
+
+@router.get("/console/usage")
+async def usage_page(request: Request, signed: SignedTenant) -> Response:
+    browser, tenant = signed
+    replica = browser.replica
+    start, end, entered, errors = _dates(request, browser.now().date())
+    async with replica.db.read() as session:
+        balance = await tenant_billing.balance(session, tenant.tenant_id, replica.settings)
+        found = await tenant_billing.charges(session, tenant.tenant_id, start, end)
+    by_day = tenant_billing.summarize(tenant.tenant_id, found, UsageGroup.DAY, start, end)
+    by_runtime = tenant_billing.summarize(tenant.tenant_id, found, UsageGroup.RUNTIME, start, end)
+    chart = [to_micro(line.cost) / 1_000_000 for line in by_day.lines]
+    busiest = max(by_day.lines, key=lambda line: to_micro(line.cost)) if found else None
+    query = f"from={start.isoformat()}&to={end.isoformat()}"
+    return browser.render(
+        "tenant/usage.html",
+        status=422 if errors else 200,
+        balance=balance,
+        by_day=by_day,
+        by_runtime=by_runtime,
+        charges=list(reversed(found))[:50],
+        count=len(found),
+        chart=chart,
+        busiest=busiest,
+        entered=entered,
+        errors=errors,
+        dates=DATES,
+        csv_url=f"/console/usage.csv?{query}",
+    )
+
+
+@router.get("/console/usage.csv")
+async def usage_csv(request: Request, signed: SignedTenant) -> Response:
+    browser, tenant = signed
+    start, end, _entered, _errors = _dates(request, browser.now().date())
+    async with browser.replica.db.read() as session:
+        found = await tenant_billing.charges(session, tenant.tenant_id, start, end)
+    name = f"usage-{start.isoformat()}-{end.isoformat()}.csv"
+    return Response(
+        tenant_billing.as_csv(found),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )

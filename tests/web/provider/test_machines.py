@@ -1,0 +1,93 @@
+"""The provider's dashboard in a real browser: their machine appears Online with its GPUs
+and live telemetry; the tabs not filled yet say so honestly."""
+
+from pathlib import Path
+
+from gpu_share.protocol import agent as wire
+from gpu_share.protocol.nodes import GpuInfo, GpuTelemetry, Telemetry
+from gpu_share.testing.live import Live
+from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
+from tests.coordinator.services.providers.test_provider_applications import APPLICATION
+from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
+
+H100 = GpuInfo(
+    index=0,
+    uuid="GPU-7f3a",
+    model="NVIDIA H100 80GB HBM3",
+    vram_mb=81559,
+    driver_version="560.35",
+    cuda_version="12.6",
+)
+
+
+async def approved_provider(live: Live) -> tuple[str, str]:
+    """An application approved and claimed through the API: (provider key, enrollment token)."""
+    receipt = (await live.http.post("/v1/provider/applications", json=APPLICATION)).json()
+    approved = await live.http.post(
+        f"/v1/admin/provider-applications/{receipt['id']}/approve", json={"tier": "enterprise"}
+    )
+    claim = approved.json()["claim_url"].rsplit("/", 1)[1]
+    claimed = (await live.http.post(f"/v1/provider/claim/{claim}")).json()
+    return claimed["api_key"], claimed["enrollment_token"]
+
+
+async def beat(agent: SimulatedAgent, utilization: float) -> None:
+    telemetry = Telemetry(
+        cpu_pct=12.5,
+        ram_used_mb=20_000,
+        gpus=[
+            GpuTelemetry(
+                index=0,
+                utilization_pct=utilization,
+                memory_used_mb=30_000,
+                temperature_c=61,
+                power_w=350,
+            )
+        ],
+    )
+    await agent.client.heartbeat(wire.Heartbeat(telemetry=telemetry))
+
+
+async def test_the_dashboard_shows_a_machine_online_with_live_telemetry(
+    live: Live, browsing: Browsing, tmp_path: Path
+) -> None:
+    key, token = await approved_provider(live)
+    page = browsing.page
+    await sign_in(page, live.base_url, key)
+    assert page.url.endswith("/provider")
+    assert await page.get_by_text("No machines yet").is_visible()
+    await screenshot(page, tmp_path, "provider-empty")
+
+    agent = SimulatedAgent(live.base_url)
+    await agent.register(token)
+    await agent.client.update_inventory(inventory(gpus=[H100], hostname="rack-7-node-2"))
+    for utilization in (10.0, 55.0, 90.0):
+        await beat(agent, utilization)
+    machine = page.locator("section.machine")
+    await machine.wait_for(timeout=30_000)  # the page refreshes itself, no reload
+    assert "rack-7-node-2" in await machine.locator("h2").inner_text()
+    assert (await machine.locator(".badge").first.inner_text()) == "online"
+    assert "NVIDIA H100 80GB HBM3" in await machine.inner_text()
+    assert "90" in await machine.locator("td").nth(1).inner_text()
+    assert await machine.locator("svg.spark path").count() >= 2  # charts drew
+    await screenshot(page, tmp_path, "provider-machines")
+
+    await page.get_by_role("link", name="Earnings").click()
+    assert await page.get_by_text("No earnings yet").is_visible()
+    assert browsing.outside == []
+    await agent.aclose()
+
+
+async def test_a_provider_sees_only_its_own_machines(live: Live) -> None:
+    key, _token = await approved_provider(live)
+    other = SimulatedAgent(live.base_url)
+    await other.register(live.enrollment_token)  # a machine of another provider
+    await other.client.update_inventory(inventory(hostname="someone-elses-box"))
+    async with signed_in_client(live.base_url, key) as http:
+        fragment = await http.get("/provider/machines.part")
+        assert fragment.status_code == 200
+        assert "someone-elses-box" not in fragment.text
+        assert "No machines yet" in fragment.text
+        admin_page = await http.get("/admin")
+        assert admin_page.status_code == 403  # a provider's cookie never reaches admin pages
+    await other.aclose()

@@ -1,0 +1,218 @@
+"""The provider's Performance tab and schedule editor, over HTTP as a signed-in browser
+sends it (cookie and CSRF token), against a real coordinator and database."""
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.orm import TenantRow
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.testing.live import Live
+from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
+from tests.coordinator.services.providers.test_reliability import (
+    add_invoke,
+    add_presence,
+    add_run,
+    buckets,
+    run_scores,
+    set_node,
+)
+from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
+from tests.web.provider.test_machines import approved_provider
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found is not None
+    return found.group(1)
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    settings.reliability_interval_sec = 0.2  # scored within the test, not after minutes
+    return settings
+
+
+@pytest.fixture
+async def database(settings: Settings) -> AsyncIterator[Database]:
+    """The live coordinator's database, for putting evidence in as the services would."""
+    db = Database(settings.database_url)
+    yield db
+    await db.dispose()
+
+
+async def machine(live: Live, token: str, hostname: str) -> SimulatedAgent:
+    agent = SimulatedAgent(live.base_url)
+    await agent.register(token)
+    await agent.client.update_inventory(inventory(hostname=hostname))
+    return agent
+
+
+async def test_a_new_provider_sees_an_honest_empty_performance_tab(live: Live) -> None:
+    key, _token = await approved_provider(live)
+    async with signed_in_client(live.base_url, key) as http:
+        page = await http.get("/provider/performance")
+    assert page.status_code == 200
+    assert "No reliability score yet" in page.text
+    assert "starts at 0.90" in page.text
+    assert "will appear here" not in page.text  # the placeholder tab is gone
+
+
+async def test_the_performance_tab_shows_each_machine_its_components_and_their_history(
+    live: Live, database: Database
+) -> None:
+    key, token = await approved_provider(live)
+    steady = await machine(live, token, "steady-box")
+    flaky = await machine(live, token, "flaky-box")
+    now = datetime.now(UTC)
+    for agent in (steady, flaky):
+        await set_node(database, agent.node_id, registered_at=now - timedelta(days=10))
+    await add_presence(database, steady.node_id, buckets(now - timedelta(days=10), now))
+    await add_presence(database, flaky.node_id, buckets(now - timedelta(days=3), now))
+    async with database.read() as session:
+        tenant_id = await session.scalar(select(TenantRow.id))  # the live harness's tenant
+    assert tenant_id is not None
+    for hours in (30, 20, 10):
+        await add_invoke(database, tenant_id, steady.node_id, now - timedelta(hours=hours), None)
+    await add_invoke(database, tenant_id, flaky.node_id, now - timedelta(hours=5), "NODE_LOST")
+    await add_run(database, steady.node_id, now - timedelta(days=9), run_scores(node=0.8))
+    await add_run(database, steady.node_id, now - timedelta(days=1), run_scores(node=0.78))
+
+    async with signed_in_client(live.base_url, key) as http:
+        page = await http.get("/provider/performance")
+    assert page.status_code == 200
+    text = page.text
+    assert "steady-box" in text and "flaky-box" in text
+    assert "All your machines" in text and "2 machines" in text
+    assert "3 of 3 jobs and sessions completed; 0 lost" in text
+    assert "0 of 1 jobs and sessions completed; 1 lost for provider-side causes" in text
+    assert "2 runs against the first" in text
+    assert f'href="/provider/machines/{steady.node_id}/schedule"' in text
+    charts = re.findall(r"data-values='(\[[^']*\])'", text)
+    assert charts and max(len(c.split(",")) for c in charts) >= 10  # a point per day and now
+    assert "No reliability score yet" not in text
+    for agent in (steady, flaky):
+        await agent.aclose()
+
+
+async def test_a_real_agents_benchmarks_and_score_in_a_browser(
+    live: Live, browsing: Browsing, settings: Settings, tmp_path: Path
+) -> None:
+    """A real agent process benchmarks itself; the provider sees its figures on the
+    Benchmarks tab and its neutral first score, parts and charts on the Performance tab."""
+    key, token = await approved_provider(live)
+    live.enrollment_token = token
+    live.agent(
+        "bench", env={"GPUSHARE_AGENT_BENCHMARKS": "1", "GPUSHARE_AGENT_BENCHMARK_QUIET_SEC": "0"}
+    )
+    page = browsing.page
+    await sign_in(page, live.base_url, key)
+    await page.get_by_role("link", name="Benchmarks").click()
+    machine = page.locator("section.machine")
+    for _ in range(600):  # the agent starts, then runs its CPU suite: a deadline, not a timing
+        if await machine.count() and "Last run" in await machine.inner_text():
+            break
+        await asyncio.sleep(0.25)
+        await page.reload()
+    text = await machine.inner_text()
+    assert "CPU matmul" in text and "GFLOP/s" in text, text
+    assert "passed" in text or "delisted" in text  # the verdict: tests/e2e/test_benchmarks.py
+    await screenshot(page, tmp_path, "provider-benchmarks")
+
+    await page.get_by_role("link", name="Performance").click()
+    for _ in range(100):  # the reliability loop runs every 0.2 s here
+        if "No reliability score yet" not in await page.locator("main").inner_text():
+            break
+        await asyncio.sleep(0.1)
+        await page.reload()
+    main = await page.locator("main").inner_text()
+    assert "0.9" in main and "Uptime in your windows" in main, main
+    assert await page.locator("svg.spark").count() == 0  # minutes old: no line to draw yet
+    assert await page.get_by_text("Charts of each score by day appear here").is_visible()
+    await screenshot(page, tmp_path, "provider-performance")
+    assert browsing.outside == []
+
+
+async def test_the_schedule_editor_saves_windows_and_says_what_to_fix(live: Live) -> None:
+    key, token = await approved_provider(live)
+    agent = await machine(live, token, "evening-box")
+    url = f"/provider/machines/{agent.node_id}/schedule"
+    async with signed_in_client(live.base_url, key) as http:
+        form = await http.get(url)
+        assert form.status_code == 200
+        assert "evening-box" in form.text and 'value="always" data-schedule' in form.text
+        csrf = csrf_of(form.text)
+        window = {"window-0-days": ["mon", "fri"], "window-0-start": "18:00"}
+
+        forged = await http.post(url, data={"mode": "schedule", **window, "window-0-end": "23:00"})
+        assert forged.status_code == 403  # no CSRF token: refused, nothing saved
+
+        wrong = await http.post(
+            url,
+            data={
+                "csrf": csrf,
+                "rows": "2",
+                "mode": "schedule",
+                "timezone": "Europe",  # a folder of zones, not one
+                **window,
+                "window-0-end": "09:00",
+                "window-1-start": "25:00",
+                "window-1-end": "26:00",
+            },
+        )
+        assert wrong.status_code == 422
+        page = wrong.text
+        assert 'id="timezone-error"' in page and "IANA time zone" in page
+        assert 'id="window-0-end-error"' in page and "must be after start 18:00" in page
+        assert 'id="window-1-days-error"' in page and "choose at least one day" in page
+        assert 'id="window-1-start-error"' in page and "HH:MM" in page
+        assert 'value="Europe"' in page and 'value="18:00"' in page  # kept as typed
+
+        more = await http.post(url, data={"csrf": csrf, "mode": "schedule", "add": "1", **window})
+        assert more.status_code == 200 and 'name="window-1-start"' in more.text
+
+        saved = await http.post(
+            url,
+            data={
+                "csrf": csrf,
+                "rows": "2",
+                "mode": "schedule",
+                "timezone": "Europe/Berlin",
+                **window,
+                "window-0-end": "24:00",
+            },
+        )
+        assert saved.status_code == 303
+        shown = await http.get(url)
+        assert "Saved: evening-box is now listed its weekly windows" in shown.text
+        assert 'value="Europe/Berlin"' in shown.text and 'value="24:00"' in shown.text
+    stored = await live.http.get(
+        f"/v1/provider/nodes/{agent.node_id}/availability",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert stored.json() == {
+        "always": False,
+        "timezone": "Europe/Berlin",
+        "windows": [{"days": ["mon", "fri"], "start": "18:00", "end": "24:00"}],
+    }
+    await agent.aclose()
+
+
+async def test_another_providers_machine_has_no_schedule_page(live: Live) -> None:
+    key, _token = await approved_provider(live)
+    other = await machine(live, live.enrollment_token, "someone-elses-box")
+    async with signed_in_client(live.base_url, key) as http:
+        page = await http.get(f"/provider/machines/{other.node_id}/schedule")
+        assert page.status_code == 404 and "someone-elses-box" not in page.text
+        csrf = csrf_of((await http.get("/provider/performance")).text)
+        post = await http.post(
+            f"/provider/machines/{other.node_id}/schedule", data={"csrf": csrf, "mode": "always"}
+        )
+        assert post.status_code == 404
+    await other.aclose()
