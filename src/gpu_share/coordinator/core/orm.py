@@ -99,6 +99,8 @@ class TenantApplicationRow(Base):
     tenant_id: Mapped[str | None] = mapped_column(ForeignKey("tenants.id"))
     created_at: Mapped[datetime]
     decided_at: Mapped[datetime | None]
+    # Counts (is reviewed, blocks another with its email) only once its email is confirmed.
+    email_confirmed_at: Mapped[datetime | None]
 
 
 class BlobRow(Base):
@@ -155,10 +157,14 @@ class ProviderRow(Base):
     payout_schedule: Mapped[str] = mapped_column(
         String(16), default="weekly", server_default=text("'weekly'")
     )
+    # Trust (docs/trust.md): caught cheating how often, and suspended for it.
+    offences: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    suspended_at: Mapped[datetime | None]
 
 
 class EnrollmentTokenRow(Base):
-    """Lets an agent register nodes for a provider; reusable across machines until revoked."""
+    """Lets an agent register nodes for a provider; reusable across machines until it
+    expires or is revoked (rotating revokes it and issues another)."""
 
     __tablename__ = "enrollment_tokens"
 
@@ -168,6 +174,7 @@ class EnrollmentTokenRow(Base):
     prefix: Mapped[str] = mapped_column(String(24))
     created_at: Mapped[datetime]
     revoked_at: Mapped[datetime | None]
+    expires_at: Mapped[datetime | None]  # None: made before tokens expired; see migration 0011
 
 
 class NodeRow(Base):
@@ -206,6 +213,21 @@ class NodeRow(Base):
     poll_free_gpus: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     # NVLink/PCIe links between its GPUs, from NVML (protocol.agent.GpuTopology as stored).
     gpu_topology: Mapped[dict[str, Any] | None]
+    # The enrollment token it registered with (how many machines a token enrolled).
+    enrollment_token_id: Mapped[str | None] = mapped_column(
+        ForeignKey("enrollment_tokens.id"), index=True
+    )
+    # Trust (docs/trust.md). The machine's fingerprint: the same hardware registering again
+    # is this node again, whatever token or agent it comes with.
+    fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
+    # What its challenges proved, per GPU UUID (and "cpu"): model, when, until when.
+    verification: Mapped[dict[str, Any] | None]
+    next_challenge_at: Mapped[datetime | None] = mapped_column(index=True)
+    # Results spot-checked on trusted nodes: the adaptive rate's counters.
+    spot_checks: Mapped[dict[str, Any] | None]
+    trusted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    quarantined_at: Mapped[datetime | None]
+    quarantine_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class InvokeRow(Base):
@@ -270,6 +292,13 @@ class InvokeRow(Base):
     reservation_id: Mapped[str | None] = mapped_column(String(40), index=True)
     gpu_indices: Mapped[list[Any] | None]
 
+    # Trust (docs/trust.md): a check re-runs the invoke `check_of` on a trusted node; the
+    # invoke checked says how its check came out, and why it was refunded if it was.
+    check_of: Mapped[str | None] = mapped_column(String(40), index=True)
+    check_state: Mapped[str | None] = mapped_column(String(16), index=True)
+    refunded_at: Mapped[datetime | None]
+    refund_reason: Mapped[str | None] = mapped_column(Text)
+
 
 class InvokeLogRow(Base):
     """The job's log in pieces, in the order the agent sent them."""
@@ -328,6 +357,19 @@ class SessionRow(Base):
     gpu_indices: Mapped[list[Any] | None]
 
 
+class BrowserSessionRow(Base):
+    """A signed-in browser: its cookie names this row, so signing out (or revoking the key
+    it signed in with) ends it on every replica."""
+
+    __tablename__ = "browser_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # a hash of the cookie's id
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id"), index=True)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
+
+
 class RateLimitRow(Base):
     """Hits per client and limit in one fixed window; shared by every replica."""
 
@@ -338,7 +380,7 @@ class RateLimitRow(Base):
     hits: Mapped[int] = mapped_column(Integer)
 
 
-OPEN_APPLICATION = "status IN ('pending', 'info_requested')"
+OPEN_APPLICATION = "status IN ('pending', 'info_requested') AND email_confirmed_at IS NOT NULL"
 
 
 class ProviderApplicationRow(Base):
@@ -371,6 +413,8 @@ class ProviderApplicationRow(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     decided_at: Mapped[datetime | None]
+    # Counts (is reviewed, blocks another with its email) only once its email is confirmed.
+    email_confirmed_at: Mapped[datetime | None]
 
 
 class OutboxMailRow(Base):
@@ -391,6 +435,7 @@ class OutboxMailRow(Base):
     claim_token: Mapped[str | None] = mapped_column(String(32))
     sent_at: Mapped[datetime | None]
     last_error: Mapped[str | None] = mapped_column(Text)
+    failed_at: Mapped[datetime | None]  # given up: it could not be built or sent (last_error)
 
 
 class TelemetrySampleRow(Base):
@@ -535,3 +580,47 @@ class ReservationRow(Base):
     created_at: Mapped[datetime]
     canceled_at: Mapped[datetime | None]
     ended_at: Mapped[datetime | None]
+
+
+class ChallengeRow(Base):
+    """A timed, seeded proof that a node's GPU (or its CPU) is what it claims (docs/trust.md).
+
+    issued → started (the node has the seed) → committed (its answer, in time) → passed or
+    failed once the samples it was asked for are checked; expired when it never answered."""
+
+    __tablename__ = "challenges"
+    __table_args__ = (Index(None, "node_id", "issued_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    target: Mapped[str] = mapped_column(String(80))  # a GPU's UUID, or "cpu"
+    claimed_model: Mapped[str] = mapped_column(String(200))
+    params: Mapped[dict[str, Any]]  # sizes and deadlines, sized to the claimed model
+    seed: Mapped[str] = mapped_column(String(64))  # given to the node only when it starts
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    issued_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    committed_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    commitment: Mapped[dict[str, Any] | None]
+    samples: Mapped[dict[str, Any] | None]  # what the coordinator asked to see
+    verdict: Mapped[dict[str, Any] | None]  # why it passed or failed, the rate it showed
+
+
+class TrustIncidentRow(Base):
+    """A node caught: what it did, the evidence, and what it cost whom (docs/trust.md)."""
+
+    __tablename__ = "trust_incidents"
+    __table_args__ = (Index(None, "provider_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id"), index=True)
+    provider_id: Mapped[str] = mapped_column(ForeignKey("providers.id"))
+    kind: Mapped[str] = mapped_column(String(32))
+    invoke_id: Mapped[str | None] = mapped_column(String(40))
+    check_invoke_id: Mapped[str | None] = mapped_column(String(40))
+    challenge_id: Mapped[str | None] = mapped_column(String(40))
+    evidence: Mapped[dict[str, Any]]
+    refunded_micro: Mapped[int] = mapped_column(BigInteger, default=0)
+    forfeited_micro: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime]
