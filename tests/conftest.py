@@ -38,8 +38,14 @@ from gpu_share.testing.factories import (
 )
 from gpu_share.testing.live import Live, fast_settings
 from gpu_share.testing.rentals import Rentals
-from gpu_share.testing.servers import serve
-from gpu_share.testing.simulated_agent import AgentFactory, SimulatedAgent
+from gpu_share.testing.servers import free_port, serve
+from gpu_share.testing.simulated_agent import (
+    AgentFactory,
+    SimulatedAgent,
+    inventory,
+    own_gpus,
+)
+from gpu_share.testing.verification import mark_verified
 
 DATABASES = [
     d.strip()
@@ -133,17 +139,25 @@ async def provider(client: httpx.AsyncClient) -> ProviderHandle:
 
 @pytest.fixture
 async def sim_agent(app: FastAPI, provider: ProviderHandle) -> AsyncIterator[AgentFactory]:
-    """Registers simulated agents (real protocol, in-process transport) on demand."""
+    """Registers simulated agents (real protocol, in-process transport) on demand, each a
+    machine of its own (`own_gpus`); `verified=True`: its hardware passed its challenges
+    (`testing/verification.py`), for tests about something else."""
     agents: list[SimulatedAgent] = []
+    taken: set[str] = set()
 
-    async def make(node_inventory: wire.NodeInventory | None = None) -> SimulatedAgent:
+    async def make(
+        node_inventory: wire.NodeInventory | None = None, *, verified: bool = False
+    ) -> SimulatedAgent:
         agent = SimulatedAgent(
             "http://testserver",
             transport=httpx.ASGITransport(app=app),
-            node_inventory=node_inventory,
+            node_inventory=own_gpus(node_inventory or inventory(), taken),
         )
         await agent.register(provider.enrollment_token)
         agents.append(agent)
+        if verified:
+            assert agent.node_id is not None
+            await mark_verified(app.state.replica, agent.node_id)
         return agent
 
     yield make
@@ -162,12 +176,16 @@ def rentals(
 @pytest.fixture
 async def live(settings: Settings, tmp_path: Path) -> AsyncIterator[Live]:
     """A coordinator served on loopback (real clock, fast leases), a tenant and a provider."""
+    port = free_port()
+    # As an operator sets it: the installer and mails take links from it alone.
+    settings.public_base_url = f"http://127.0.0.1:{port}"
     application = create_app(fast_settings(settings), clock=SystemClock())
     async with (
-        serve(application) as base_url,
+        serve(application, port) as base_url,
         httpx.AsyncClient(base_url=base_url, headers=ADMIN, timeout=30) as http,
     ):
         harness = Live(base_url, http, tmp_path)
+        harness.replica = application.state.replica
         await harness.setup()
         try:
             yield harness

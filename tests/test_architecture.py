@@ -165,7 +165,9 @@ def test_the_cli_imports_server_code_only_inside_the_commands_that_run_servers()
     assert not _offenders("gpu_share.cli", SERVER_PACKAGES, top_only=True)
 
 
-@pytest.mark.parametrize("package", ["gpu_share.protocol", "gpu_share.netguard"])
+@pytest.mark.parametrize(
+    "package", ["gpu_share.protocol", "gpu_share.netguard", "gpu_share.challenge"]
+)
 def test_shared_packages_know_nothing_of_their_users(package: str) -> None:
     users = (*SERVER_PACKAGES, "gpu_share.sdk", "gpu_share.cli")
     assert not _offenders(package, users, top_only=False)
@@ -195,6 +197,16 @@ def test_sdk_import_pulls_in_no_server_or_runtime(statement: str) -> None:
     assert not loaded & set(HEAVY), f"{statement} loaded {sorted(loaded & set(HEAVY))}"
 
 
+def test_the_challenge_arithmetic_pulls_in_no_server_or_runtime() -> None:
+    """The coordinator and the agent both load it; it must bring neither's weight."""
+    loaded = modules_loaded_by(
+        "import gpu_share.challenge.chain, gpu_share.challenge.packing, "
+        "gpu_share.challenge.numpy_chain"
+    )
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+    assert "numpy" not in modules_loaded_by("import gpu_share.challenge.sizing")
+
+
 def test_cli_entry_point_imports_no_server() -> None:
     loaded = modules_loaded_by("import gpu_share.cli.main")
     assert not loaded & set(HEAVY)
@@ -213,7 +225,7 @@ def test_pages_and_the_api_share_request_helpers_only_through_http() -> None:
 # sorts them); services/__init__.py and docs/architecture.md draw the same picture.
 SERVICES = PACKAGE / "coordinator" / "services"
 DOMAIN_USES: dict[str, set[str]] = {
-    "accounts": set(),
+    "accounts": {"mail"},  # a tenant application mails the link that confirms its email
     "mail": set(),
     "artifacts": set(),
     "nodes": {"accounts"},
@@ -224,6 +236,7 @@ DOMAIN_USES: dict[str, set[str]] = {
     "sessions": {"work", "money", "nodes"},
     "market": {"work", "nodes"},
     "platform": {"nodes"},
+    "trust": {"work", "money", "mail", "artifacts", "nodes"},
 }
 
 

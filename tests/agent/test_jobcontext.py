@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from gpu_share.agent.cache import ArtifactCache
 from gpu_share.agent.client import CoordinatorClient
 from gpu_share.agent.gpu import Nvml
@@ -15,7 +17,10 @@ from gpu_share.agent.jobcontext import JobContext, job_limits, remove_leftovers
 from gpu_share.agent.sandbox import JobLimits, LimitedSandbox, ProcessSandbox, SandboxSpec
 from gpu_share.agent.sandbox.cgroups import agent_cgroups
 from gpu_share.agent.settings import AgentSettings
+from gpu_share.agent.worker import Agent
 from gpu_share.netguard import SafeFetcher, UrlPolicy
+from gpu_share.protocol.runtimes import RuntimeName
+from tests.agent.test_gpu import FakeNvml
 
 GiB = 1024**3
 MiB = 1024**2
@@ -120,3 +125,23 @@ def test_job_folders_are_kept_when_the_provider_keeps_them(tmp_path: Path) -> No
     (agent.jobs_dir / "inv_1-1").mkdir(parents=True)
     remove_leftovers(agent, ProcessSandbox())
     assert [p.name for p in agent.jobs_dir.iterdir()] == ["inv_1-1"]
+
+
+def test_the_inventory_reports_the_memory_each_job_may_use(tmp_path: Path) -> None:
+    """What the offers show (`memory_limit_mb`): the slot's share by default, else the
+    provider's limit, as the jobs will be limited."""
+    total = psutil.virtual_memory().total
+
+    def agent(**fields: Any) -> Agent:
+        return Agent(
+            settings(tmp_path, benchmarks=False, **fields),
+            sandbox=ProcessSandbox(),
+            nvml=Nvml(FakeNvml(count=4)),  # type: ignore[arg-type]
+            runtimes=[RuntimeName.ONNX_CPU],
+        )
+
+    shared = agent().inventory()
+    assert shared.max_concurrent_jobs == 4
+    assert shared.job_memory_mb == int(total * 0.75 / 4) // MiB
+    assert agent(max_concurrent_jobs=2).inventory().job_memory_mb == int(total * 0.75 / 2) // MiB
+    assert agent(job_memory_bytes=3 * GiB).inventory().job_memory_mb == 3 * 1024

@@ -138,8 +138,9 @@ def test_nodes_and_runtimes_as_tables_and_json(
     code, out, _ = gpu_share(capsys, "nodes", *connected(stack, key))
     assert code == 0
     header, row = out.splitlines()
-    assert header.split()[:3] == ["NODE", "STATUS", "GPUS"]
+    assert header.split()[:4] == ["NODE", "STATUS", "VERIFIED", "GPUS"]
     assert row.split()[1] == "online" and "onnx_cpu" in row
+    assert row.split()[2] == "no"  # no hardware challenge has passed for its cores yet
     code, out, _ = gpu_share(capsys, "runtimes", *connected(stack, key), "--json")
     assert code == 0
     served = {r["name"]: r["nodes_online"] for r in json.loads(out)}
@@ -297,6 +298,11 @@ def test_no_capacity_unknown_ids_bad_requests_and_keys_have_their_exit_codes(
         capsys, "invoke", *connected(stack, key), "--runtime", "onnx_cuda", "--model", url
     )
     assert code == 1 and "NO_CAPACITY" in err and "wait for a provider" in err
+    code, _, err = gpu_share(
+        capsys, "invoke", *connected(stack, key), "--runtime", "onnx_cpu", "--model", url,
+        "--require-verified",
+    )  # fmt: skip
+    assert code == 1 and "NO_CAPACITY" in err and "require_verified" in err  # none proven
     code, _, err = gpu_share(capsys, "status", *connected(stack, key), "inv_" + "0" * 26)
     assert code == 1 and "NOT_FOUND" in err
     code, _, err = gpu_share(

@@ -7,6 +7,7 @@ agent killed with -9 takes its job with it and clears the job's folder on return
 """
 
 import asyncio
+import contextlib
 import io
 import json
 import time
@@ -21,6 +22,7 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.examples import DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.testing.live import Live
 from gpu_share.testing.models import slow_model
+from tests.agent.runtimes.test_npz import inflating_npz
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +65,36 @@ async def test_a_job_past_its_memory_fails_naming_the_limit_and_the_agent_goes_o
     inputs = await live.upload(DIGITS_INPUTS.read_bytes(), "inputs")
     after = await live.finished(await live.invoke(model_url=digits, inputs_url=inputs))
     assert after["status"] == "done", after
+
+
+async def test_a_3_mib_npz_inflating_to_3_gib_fails_fast_and_the_agent_stays_small(
+    live: Live, tmp_path: Path
+) -> None:
+    """Jobs here may use 16 GiB, so MAX_INPUTS_EXPANDED_BYTES (2 GiB) is what refuses the
+    3 GiB: from the archive's headers, before any array is inflated. RSS is sampled every
+    20 ms over the agent and every process under it: a loose bound, not a measurement."""
+    agent = live.agent(env={"GPUSHARE_AGENT_JOB_MEMORY_BYTES": str(16 * 1024 * MiB)})
+    bomb = inflating_npz(tmp_path / "bomb.npz", shape=(3 * 1024 * MiB // 8,)).read_bytes()
+    assert len(bomb) < 4 * MiB
+    model_url = await live.upload(DIGITS_MODEL.read_bytes(), "model")
+    invoke_id = await live.invoke(model_url=model_url, inputs_url=await live.upload(bomb, "inputs"))
+    tree = psutil.Process(agent.process.pid)
+    peak = 0
+    for _ in range(3000):
+        with contextlib.suppress(psutil.Error):
+            for process in [tree, *tree.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    peak = max(peak, process.memory_info().rss)
+        if (await live.get(invoke_id))["status"] in ("done", "failed"):
+            break
+        await asyncio.sleep(0.02)
+    state = await live.finished(invoke_id)
+    assert state["status"] == "failed", state
+    assert state["error"]["code"] == "RESOURCE_LIMIT"
+    message = state["error"]["message"]
+    assert "the inputs NPZ expands to 3072 MiB, more than the 2048 MiB" in message, message
+    assert "MAX_INPUTS_EXPANDED_BYTES" in message
+    assert peak < 500 * MiB, f"a process of the agent peaked at {peak / MiB:.0f} MiB of RSS"
 
 
 async def test_outputs_the_tenants_quota_cannot_hold_fail_with_quota_exceeded(

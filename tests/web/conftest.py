@@ -1,7 +1,10 @@
 """A real headless Chromium (Debian's), driven by Playwright, kept off the internet.
 
 Every request the page makes outside loopback is refused and recorded, so a test can
-assert that a page needs nothing from the internet (no CDN).
+assert that a page needs nothing from the internet (no CDN). Everything the pages'
+content security policy refuses (an inline script or style, a source it does not name)
+is recorded too, and a test whose pages were refused anything fails: so every browser
+test also proves that its pages work under their policy.
 """
 
 import os
@@ -15,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from playwright.async_api import Page, Route, async_playwright
+from playwright.async_api import BrowserContext, ConsoleMessage, Page, Route, async_playwright
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = [
@@ -30,10 +33,40 @@ CHROMIUM_ARGS = [
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
+# What a page's policy refuses reaches the console ("Refused to …"), and as an event.
+REPORT_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  console.error(`CSP violation: ${event.effectiveDirective} refused ${event.blockedURI || "inline"}`
+    + ` in ${event.sourceFile || document.location.href}:${event.lineNumber}`);
+});
+"""
+
+
+def refused_by_policy(message: ConsoleMessage) -> bool:
+    text = message.text
+    return text.startswith(("Refused to", "CSP violation")) or "Content Security Policy" in text
+
+
+async def watch_policy(context: BrowserContext, refused: list[str]) -> None:
+    """Record in `refused` what the policy refuses on any page of `context`."""
+    await context.add_init_script(REPORT_VIOLATIONS)
+
+    def on_page(page: Page) -> None:
+        page.on(
+            "console",
+            lambda message: refused.append(message.text) if refused_by_policy(message) else None,
+        )
+
+    for page in context.pages:
+        on_page(page)
+    context.on("page", on_page)
+
+
 @dataclass
 class Browsing:
     page: Page
     outside: list[str] = field(default_factory=list)  # requests that tried to leave loopback
+    refused: list[str] = field(default_factory=list)  # what the pages' policy refused
 
 
 @pytest.fixture
@@ -45,8 +78,10 @@ async def browsing() -> AsyncIterator[Browsing]:
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
         )
         context = await browser.new_context(viewport={"width": 1280, "height": 900})
+        refused: list[str] = []
+        await watch_policy(context, refused)
         page = await context.new_page()
-        browsing = Browsing(page)
+        browsing = Browsing(page, refused=refused)
 
         async def guard(route: Route) -> None:
             url = route.request.url
@@ -59,6 +94,7 @@ async def browsing() -> AsyncIterator[Browsing]:
         await context.route("**/*", guard)
         try:
             yield browsing
+            assert not browsing.refused, f"the pages' policy refused: {browsing.refused}"
         finally:
             await context.close()
             await browser.close()

@@ -1,6 +1,7 @@
 """The whole onboarding story of SPEC §3 and §5, in real browsers, on each database:
 
-a provider applies in the browser → the admin approves in the browser → the approval
+a provider applies in the browser and confirms their email from the mailed link → the
+admin approves in the browser → the approval
 mail arrives at a real SMTP server → the provider claims their key and token from the
 mail's link → the install script, served by the coordinator, installs and starts an
 agent → the provider's dashboard shows the machine Online; then a tenant signs in,
@@ -34,6 +35,7 @@ from tests.web.tenant.test_console import nav, upload
 pytestmark = pytest.mark.slow
 
 CLAIM_LINK = re.compile(r"(http://\S+/provider/claim/gpu_ct_\S+)")
+CONFIRM_LINK = re.compile(r"(http://\S+/apply/confirm/gpu_cf_\S+)")
 
 
 @pytest.fixture
@@ -91,8 +93,18 @@ async def apply_in_the_browser(page: Page, base_url: str) -> None:
     await page.get_by_label("Download (Gbit/s)").fill("1")
     await page.get_by_label("Location").fill("Lisbon, Portugal")
     await page.get_by_role("button", name="Submit application").click()
+    await page.wait_for_url(re.compile(r"/apply/sent$"))
+    await expect(page.get_by_role("heading", name="Check your mail")).to_be_visible()
+
+
+async def confirm_in_the_browser(page: Page, catcher: MailCatcher) -> None:
+    mail = await mail_with(catcher, "Confirm your email")
+    link = CONFIRM_LINK.search(mail)
+    assert link is not None, mail
+    await page.goto(link.group(1))
+    await page.get_by_role("button", name="Confirm my email").click()
     await page.wait_for_url(re.compile(r"/apply/status/gpu_st_"))
-    await expect(page.get_by_text("In review.")).to_be_visible()
+    await expect(page.get_by_text("In review. We will write to")).to_be_visible()
 
 
 async def approve_in_the_browser(page: Page, base_url: str, admin_key: str) -> None:
@@ -139,6 +151,7 @@ async def test_a_provider_is_onboarded_and_a_tenant_runs_on_their_machine(
     pages = {"provider": provider, "admin": admin}
     try:
         await apply_in_the_browser(provider, live.base_url)
+        await confirm_in_the_browser(provider, catcher)
         received = await mail_with(catcher, "We received your application")
         assert "/apply/status/gpu_st_" in received
 

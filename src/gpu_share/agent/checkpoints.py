@@ -103,7 +103,10 @@ class CheckpointKeeper:
         except StaleLease:
             return
         except CoordinatorError as exc:
-            if exc.status != 413 or exc.code != ErrorCode.QUOTA_EXCEEDED:
+            if exc.status == 422 and exc.code == ErrorCode.VALIDATION_ERROR:
+                self._last = version  # the same bytes would be refused again
+                self._logs.line(f"checkpoint: a snapshot was refused: {exc.message}")
+            elif exc.status != 413 or exc.code != ErrorCode.QUOTA_EXCEEDED:
                 log.warning("invoke %s: checkpoint upload failed: %s", self._lease.invoke_id, exc)
             elif not self._refused:
                 self._refused = True

@@ -21,10 +21,14 @@ from gpu_share._version import __version__
 from gpu_share.backoff import Backoff
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol import benchmarks as bench
+from gpu_share.protocol import trust
 
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
+# A challenge's calls are repeatable (the coordinator answers a repeat as the first time)
+# and race a deadline: retried through short outages only.
+CHALLENGE_RETRY_SEC = 20.0
 
 
 class CoordinatorError(Exception):
@@ -348,6 +352,35 @@ class CoordinatorClient:
             timeout=seconds + 10.0,
         )
         return bench.ProbeUpload.model_validate(response.json()).received_bytes
+
+    async def _challenge(
+        self, challenge_id: str, step: str, answer: type[M], body: BaseModel | None = None
+    ) -> M:
+        result = await self.call(
+            "POST",
+            f"/v1/agent/challenges/{challenge_id}/{step}",
+            answer,
+            json=None if body is None else body.model_dump(mode="json"),
+            retry_for=CHALLENGE_RETRY_SEC,
+            timeout=120.0,
+        )
+        assert result is not None
+        return result
+
+    async def start_challenge(self, challenge_id: str) -> trust.ChallengeStart:
+        """The seed: the commit deadline runs from the coordinator's first answer (a retry
+        after a lost answer gets the same seed and deadline)."""
+        return await self._challenge(challenge_id, "start", trust.ChallengeStart)
+
+    async def commit_challenge(
+        self, challenge_id: str, commit: trust.ChallengeCommit
+    ) -> trust.ChallengeCommitted:
+        return await self._challenge(challenge_id, "commit", trust.ChallengeCommitted, commit)
+
+    async def reveal_challenge(
+        self, challenge_id: str, reveal: trust.ChallengeReveal
+    ) -> trust.ChallengeVerdict:
+        return await self._challenge(challenge_id, "reveal", trust.ChallengeVerdict, reveal)
 
     async def download(
         self, url: str, dest: Path, *, max_bytes: int, timeout: float

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from gpu_share.agent import evaluated
 from gpu_share.agent.checkpoints import CheckpointKeeper
 from gpu_share.agent.client import StaleLease
 from gpu_share.agent.failures import JobFailed
@@ -134,6 +135,14 @@ class Job:
                 max_bytes=self.ctx.settings.max_download_bytes,
             )
             options = await self.checkpoints.prepare()
+            if lease.evaluate is not None:  # a spot check: score another node's model too
+                options["evaluate"] = await evaluated.stage(
+                    self.ctx.client,
+                    lease.evaluate,
+                    self.staging.job_dir,
+                    self.logs,
+                    max_bytes=self.ctx.settings.max_download_bytes,
+                )
         run = SandboxedRun(
             self.ctx,
             lease,

@@ -88,6 +88,7 @@ class SandboxedRun:
             outputs_dir="out",
             threads=self.ctx.threads,
             memory_limit_bytes=limits.memory_bytes,
+            max_inputs_expanded_bytes=self.ctx.settings.max_inputs_expanded_bytes,
             options=options,
         )
         (self.job_dir / "spec.json").write_text(spec.model_dump_json())

@@ -214,6 +214,8 @@ class SessionHost:
                 inputs=None,
                 outputs_dir="out",
                 threads=ctx.threads,
+                memory_limit_bytes=ctx.limits.memory_bytes if ctx.limits else None,
+                max_inputs_expanded_bytes=ctx.settings.max_inputs_expanded_bytes,
                 options={
                     "max_batch": message.max_batch,
                     "max_concurrency": message.max_concurrency,

@@ -60,6 +60,19 @@ class AgentSettings(BaseSettings):
         description="How long the node must have had no job and no session before a "
         "benchmark starts (work that arrives during one stops it)",
     )
+    challenges: bool = Field(
+        default=True,
+        description="Answer the coordinator's hardware challenges (docs/trust.md): a GPU "
+        "(or a CPU node) is verified, so rentable as its model, only once one passes; false: "
+        "never, and the hardware stays unverified",
+    )
+    challenge_quiet_sec: float = Field(
+        default=2.0,
+        ge=0,
+        le=3600,
+        description="How long challenged hardware must have been free of work before the "
+        "challenge starts (it is offered to no new work meanwhile)",
+    )
     warm_sandboxes: int = Field(
         default=2,
         ge=0,
@@ -95,6 +108,13 @@ class AgentSettings(BaseSettings):
         default=4 * GiB,
         ge=0,
         description="What a job may write to its folder (outputs, snapshots); 0: no limit",
+    )
+    max_inputs_expanded_bytes: int = Field(
+        default=2 * GiB,
+        ge=1 * MiB,
+        description="MAX_INPUTS_EXPANDED_BYTES: the most a job's inputs NPZ (or a session "
+        "forward's) may expand to, read from its headers before anything is inflated; "
+        "past it, or past the job's memory, the job fails with RESOURCE_LIMIT",
     )
     job_cgroups: bool = Field(
         default=True,

@@ -24,6 +24,7 @@ from gpu_share.agent.benchmarks.schedule import BenchmarkSchedule
 from gpu_share.agent.benchmarks.suite import BenchmarkSuite
 from gpu_share.agent.cache import ArtifactCache
 from gpu_share.agent.capabilities import detect_runtimes
+from gpu_share.agent.challenges.answering import ChallengeAnswerer
 from gpu_share.agent.client import (
     CoordinatorClient,
     CoordinatorError,
@@ -31,8 +32,9 @@ from gpu_share.agent.client import (
     describe,
     is_transient,
 )
+from gpu_share.agent.fingerprint import machine_fingerprint
 from gpu_share.agent.gpu import Gpu, Nvml
-from gpu_share.agent.jobcontext import JobContext
+from gpu_share.agent.jobcontext import JobContext, job_limits
 from gpu_share.agent.jobs import Job
 from gpu_share.agent.sandbox import Sandbox, detect_sandbox
 from gpu_share.agent.sessions import SessionHost
@@ -43,6 +45,7 @@ from gpu_share.netguard import SafeFetcher, UrlPolicy
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.benchmarks import BenchmarkReport, BenchmarkRun
 from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.protocol.trust import ChallengeKind, ChallengeOrder
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +148,9 @@ class Agent:
         self.sandbox = sandbox or choose_sandbox(settings)
         self.runtimes = runtimes if runtimes is not None else detect_runtimes(self.gpus)
         self.slots = settings.max_concurrent_jobs or max(1, len(self.gpus))
+        self.fingerprint = machine_fingerprint(
+            gpu_uuids=[g.info.uuid for g in self.gpus], data_dir=settings.data_dir
+        )
         self.node_id: str | None = None
         self.heartbeat_interval = 5.0
         self.jobs: dict[str, Job] = {}
@@ -160,10 +166,49 @@ class Agent:
             interval=timedelta(hours=settings.benchmark_interval_hours),
             quiet_sec=settings.benchmark_quiet_sec,
         )
+        # Hardware challenges (docs/trust.md): what one waits for is offered to no new work
+        # (`_wanted`), what one runs on is held from it (`_held`); `_offered` is what the
+        # lease request in flight offers ("cpu": its slots).
+        self.challenges = ChallengeAnswerer(
+            self.client, self, threads=os.cpu_count() or 1, quiet_sec=settings.challenge_quiet_sec
+        )
+        self._wanted: set[str] = set()
+        self._held: set[str] = set()
+        self._offered: set[str] = set()
 
     def busy(self) -> bool:
-        """A job runs or a session is open: no benchmark may use the machine now."""
-        return bool(self.jobs) or bool(self.session_host and self.session_host.sessions)
+        """A job runs, a session is open or a challenge runs: no benchmark may use the
+        machine now."""
+        return (
+            bool(self.jobs)
+            or bool(self.session_host and self.session_host.sessions)
+            or self.challenges.running
+        )
+
+    def hold(self, order: ChallengeOrder) -> bool:
+        """`ChallengeHost`: the GPU named (or, for a CPU challenge, the node) from work, once
+        no job, session, benchmark or lease request in flight has it. Sessions do not say
+        which GPU they hold, so any open session keeps a GPU challenge waiting."""
+        self._wanted.add(order.target)
+        if order.target in self._offered or self.benchmarks.running:
+            return False
+        if order.kind is ChallengeKind.CPU:
+            if self.busy():
+                return False
+        else:
+            gpu = next((g for g in self._free_gpus if g.info.uuid == order.target), None)
+            if gpu is None or (self.session_host and self.session_host.sessions):
+                return False
+            self._free_gpus.remove(gpu)
+        self._held.add(order.target)
+        return True
+
+    def release(self, order: ChallengeOrder) -> None:
+        self._wanted.discard(order.target)
+        if order.target in self._held:
+            self._held.discard(order.target)
+            self._free_gpus.extend(g for g in self.gpus if g.info.uuid == order.target)
+        self._slot_freed.set()
 
     def inventory(self) -> wire.NodeInventory:
         memory = psutil.virtual_memory()
@@ -177,10 +222,17 @@ class Agent:
             gpus=[g.info for g in self.gpus],
             runtimes=self.runtimes,
             max_concurrent_jobs=self.slots,
+            job_memory_mb=self.job_memory_mb(),
             sandbox=self.sandbox.name,
             region=self.settings.region,
             gpu_topology=self.gpu_topology,
+            fingerprint=self.fingerprint,
         )
+
+    def job_memory_mb(self) -> int | None:
+        """What each job may use, as its jobs will be limited (`JobContext`), for the offers."""
+        memory = job_limits(self.settings, self.slots).memory_bytes
+        return None if memory is None else memory // (1024 * 1024)
 
     async def connect(self) -> None:
         """Use the saved node identity, or register with the enrollment token."""
@@ -209,6 +261,8 @@ class Agent:
             raise AgentStartError(f"registration refused: {exc.message}") from exc
         save_identity(path, Identity(self.settings.server, result.node_id, result.node_key))
         self.client.key = result.node_key
+        if result.returning:
+            log.info("this machine was registered before: it is node %s again", result.node_id)
         self.node_id, self.heartbeat_interval = result.node_id, result.heartbeat_interval_sec
 
     async def _connect_until_stopped(self, stop: asyncio.Event) -> bool:
@@ -300,11 +354,13 @@ class Agent:
         self.session_host = SessionHost(ctx, self.gpus)
         hosting = asyncio.create_task(self.session_host.run(stop), name="agent:sessions")
         benchmarking = asyncio.create_task(self._benchmarks(stop), name="agent:benchmarks")
+        challenging = asyncio.create_task(self._challenges(stop), name="agent:challenges")
         self.online.set()
         await stop.wait()
-        benchmarking.cancel()  # a run in progress is dropped, its child killed
-        with contextlib.suppress(asyncio.CancelledError):
-            await benchmarking
+        for side_task in (benchmarking, challenging):  # a run in progress goes, its child killed
+            side_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await side_task
         await hosting
         leasing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -347,6 +403,14 @@ class Agent:
         except Exception:  # a benchmark must never take the agent down
             log.exception("benchmarks stopped")
 
+    async def _challenges(self, stop: asyncio.Event) -> None:
+        if not self.settings.challenges:
+            return
+        try:
+            await self.challenges.run(stop)
+        except Exception:  # a challenge must never take the agent down
+            log.exception("hardware challenges stopped")
+
     async def _heartbeats(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -367,6 +431,8 @@ class Agent:
             else:
                 self.heartbeat_interval = ack.heartbeat_interval_sec
                 self.benchmarks.heard(ack.run_benchmark, asked_at)
+                if self.settings.challenges:
+                    self.challenges.heard(ack.challenge)
                 for status in ack.leases:
                     job = self.jobs.get(status.invoke_id)
                     if job is None:
@@ -386,18 +452,20 @@ class Agent:
     async def _lease_loop(self, ctx: JobContext, stop: asyncio.Event) -> None:
         delay = Backoff(first=0.5, cap=10.0)
         while not stop.is_set():
-            free = self.slots - len(self.jobs)
+            free = 0 if "cpu" in self._wanted else self.slots - len(self.jobs)
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
+            offered = [g for g in self._free_gpus if g.info.uuid not in self._wanted]
             request = wire.LeaseRequest(
                 slots=free,
-                free_gpus=len(self._free_gpus),
-                free_gpu_indices=sorted(g.info.index for g in self._free_gpus),
+                free_gpus=len(offered),
+                free_gpu_indices=sorted(g.info.index for g in offered),
                 wait_sec=self.settings.lease_wait_sec,
                 start=True,  # the lease answer is the start: one request less per job
             )
+            self._offered = {"cpu", *(g.info.uuid for g in offered)}
             try:
                 response = await self.client.lease(request)
             except Unauthorized as exc:
@@ -408,6 +476,8 @@ class Agent:
                 log.warning("lease failed (%s); retrying in %.1fs", describe(exc), delay.upcoming)
                 await delay.sleep(stop)
                 continue
+            finally:
+                self._offered = set()
             delay.reset()
             for lease in response.jobs:
                 self._start(ctx, lease, stop)
@@ -419,9 +489,9 @@ class Agent:
             """The job's slot and GPUs, leased again with its result (SQS-style): the
             next job starts without another round trip. Only what this job holds is
             offered, so the lease loop's own request never overlaps it."""
-            if stop.is_set():
+            if stop.is_set() or "cpu" in self._wanted:
                 return None
-            indices = sorted(g.info.index for g in gpus)
+            indices = sorted(g.info.index for g in gpus if g.info.uuid not in self._wanted)
             return wire.LeaseRequest(
                 slots=1, free_gpus=len(indices), free_gpu_indices=indices, wait_sec=0, start=True
             )

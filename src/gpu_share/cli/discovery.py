@@ -35,14 +35,20 @@ def table(rows: list[list[str]]) -> str:
 
 def nodes(args: argparse.Namespace, client: "Client", out: Output) -> int:
     found = client.nodes()
-    rows = [["NODE", "STATUS", "GPUS", "RUNTIMES", "REGION", "TIER", "USDC/GPU-H", "JOBS"]]
+    rows = [
+        ["NODE", "STATUS", "VERIFIED", "GPUS", "RUNTIMES", "REGION", "TIER", "USDC/GPU-H", "JOBS"]
+    ]
     for node in found:
-        gpus = ", ".join(f"{g.model} {g.vram_mb // 1024} GB" for g in node.gpus) or "CPU only"
+        gpus = ", ".join(
+            f"{g.model} {g.vram_mb // 1024} GB{'' if g.verified else ' (unverified)'}"
+            for g in node.gpus
+        )
         rows.append(
             [
                 node.id,
                 node.status.value,
-                gpus,
+                "yes" if node.verified else "no",
+                gpus or "CPU only",
                 ",".join(r.value for r in node.runtimes),
                 node.region or "-",
                 node.tier.value,

@@ -42,6 +42,12 @@ def register(sub: Any) -> None:
     invoke_parser.add_argument(
         "--reservation-id", help="run in this active reservation of yours (rsv_…)"
     )
+    invoke_parser.add_argument(
+        "--require-verified",
+        action="store_true",
+        default=None,
+        help="only on nodes whose hardware is proven by hardware challenges",
+    )
     invoke_parser.add_argument("--idempotency-key", help="send the same key to never run twice")
     _add_wait_options(invoke_parser)
 
@@ -96,6 +102,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "tier",
         "max_price_per_gpu_hour",
         "reservation_id",
+        "require_verified",
         "idempotency_key",
     )
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
@@ -124,6 +131,11 @@ def summary(invoke: "Invoke") -> str:
             lines.append(f"outputs:  {invoke.result.outputs_url}")
     if invoke.error is not None:
         lines.append(f"error:    {invoke.error.code}: {invoke.error.message}")
+    if invoke.spot_checked:
+        lines.append("checked:  its result was re-run on a trusted node and compared")
+    if invoke.refund is not None:
+        why = f": {invoke.refund.reason}" if invoke.refund.reason else ""
+        lines.append(f"refunded: {invoke.refund.at.isoformat()}{why}")
     lines += [f"warning:  {w}" for w in invoke.warnings]
     return "\n".join(lines)
 

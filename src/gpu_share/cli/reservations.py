@@ -24,6 +24,7 @@ REQUEST_FIELDS = (
     "tier",
     "max_price",
     "min_reliability",
+    "require_verified",
 )
 
 
@@ -77,6 +78,14 @@ def _add_request_options(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--tier", choices=["enterprise", "community"])
     what.add_argument("--max-price", help="USDC per GPU-hour")
     what.add_argument("--min-reliability", type=float, help="0 to 1")
+    what.add_argument(
+        "--require-verified",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="only a node whose hardware is all proven by hardware challenges (default); "
+        "--no-require-verified also allows one with other GPUs not proven yet (the reserved "
+        "GPUs are proven either way)",
+    )
     when = parser.add_argument_group("when (UTC)")
     when.add_argument(
         "--starts-at",

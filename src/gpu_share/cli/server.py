@@ -62,6 +62,12 @@ def run(args: argparse.Namespace) -> int:
     except CannotListen as exc:
         print(f"gpu-share server: {exc}", file=sys.stderr)
         return 2
+    if not settings.public_base_url:
+        logging.getLogger("gpu_share.server").warning(
+            "GPUSHARE_PUBLIC_BASE_URL is not set: the agent's install script names no "
+            "coordinator (providers must pass --server) and links in mails point at %s",
+            settings.mail_base_url,
+        )
     app = create_app(settings, on_admin_key=_print_admin_key)
     server = CoordinatorServer(
         app, sock, log_level=args.log_level, ws_max_size=settings.websocket_max_bytes
@@ -162,6 +168,9 @@ class CoordinatorServer:
             # Agents' session channels carry forwards and answers up to the settings' limit;
             # uvicorn's 16 MiB default would drop a node's channel, and all its sessions.
             ws_max_size=ws_max_size,
+            # The app reads X-Forwarded-For itself, from the proxies the operator names
+            # (GPUSHARE_TRUSTED_PROXIES); uvicorn's own default trusts 127.0.0.1.
+            proxy_headers=False,
         )
         self._server = _uvicorn_server(app, config)
         self.serving: asyncio.Task[None] | None = None  # ends when the server does

@@ -32,6 +32,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--idle-timeout-sec", type=int, default=60)
     parser.add_argument("--max-batch", type=int)
     parser.add_argument("--reservation-id", help="hold the model in this active reservation")
+    parser.add_argument(
+        "--require-verified",
+        action="store_true",
+        help="only on a node whose hardware is proven by hardware challenges",
+    )
 
 
 def _describe(arrays: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -55,6 +60,8 @@ def session(args: argparse.Namespace, client: "Client", out: Output) -> int:
         options["max_batch"] = args.max_batch
     if args.reservation_id is not None:
         options["reservation_id"] = args.reservation_id
+    if args.require_verified:
+        options["require_verified"] = True
     lines: list[str] = []
     forwards: list[dict[str, Any]] = []
     with client.session(args.model, runtime=args.runtime, **options) as handle:

@@ -132,6 +132,9 @@ class _Stack:
         self.settings = settings
         self.sock = sock
         self.base_url = settings.public_base_url or f"http://{settings.host}:{settings.port}"
+        # Links in mails and the agent's installer come from the public URL alone, never a
+        # request's Host: on one machine it is the address printed in the banner.
+        settings.public_base_url = self.base_url
         self.server: CoordinatorServer | None = None
         self.agent: Any = None
         self.agent_task: asyncio.Task[None] | None = None

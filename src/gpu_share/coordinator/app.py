@@ -20,16 +20,23 @@ from gpu_share.coordinator import migrate
 from gpu_share.coordinator.api import docs
 from gpu_share.coordinator.api.admin import accounts as admin_accounts
 from gpu_share.coordinator.api.admin import billing as admin_billing
+from gpu_share.coordinator.api.admin import challenges as admin_challenges
+from gpu_share.coordinator.api.admin import enrollment as admin_enrollment
 from gpu_share.coordinator.api.admin import payouts as admin_payouts
 from gpu_share.coordinator.api.admin import providers as admin_providers
+from gpu_share.coordinator.api.admin import trust as admin_trust
 from gpu_share.coordinator.api.agent import benchmarks as agent_benchmarks
+from gpu_share.coordinator.api.agent import challenges as agent_challenges
 from gpu_share.coordinator.api.agent import node as agent_node
 from gpu_share.coordinator.api.agent import sessions as agent_sessions
 from gpu_share.coordinator.api.limits import RequestLimitMiddleware, limits_of
 from gpu_share.coordinator.api.provider import account as provider_account
+from gpu_share.coordinator.api.provider import challenges as provider_challenges
+from gpu_share.coordinator.api.provider import enrollment as provider_enrollment
 from gpu_share.coordinator.api.provider import payouts as provider_payouts
 from gpu_share.coordinator.api.provider import prices as provider_prices
 from gpu_share.coordinator.api.provider import reliability as provider_reliability
+from gpu_share.coordinator.api.provider import trust as provider_trust
 from gpu_share.coordinator.api.public import (
     health,
     install,
@@ -50,17 +57,21 @@ from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.errors import ApiError
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import load_signer
+from gpu_share.coordinator.http.security_headers import SecurityHeadersMiddleware
 from gpu_share.coordinator.loops import (
     artifact_sweep,
+    challenges,
     housekeeping,
     lease_expiry,
     mail_delivery,
     session_upkeep,
 )
+from gpu_share.coordinator.loops import earnings_hold as loops_holds
 from gpu_share.coordinator.loops import payouts as loops_payouts
 from gpu_share.coordinator.loops import preemption as loops_preemption
 from gpu_share.coordinator.loops import reliability as loops_reliability
 from gpu_share.coordinator.loops import reservations as loops_reservations
+from gpu_share.coordinator.loops import spot_checks as loops_spot_checks
 from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
 from gpu_share.coordinator.replica.key_cache import KeyCache
 from gpu_share.coordinator.replica.notify import notifier_for
@@ -129,6 +140,12 @@ def _install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 404 and message == "Not Found":
             message = "no such endpoint; see /docs for the API"
+        if exc.status_code == 400 and message.startswith("There was an error parsing the body"):
+            # FastAPI's answer to a body it cannot decode: a validation error (§1.8), 422.
+            unread = [{"loc": ["body"], "msg": "not UTF-8 JSON", "type": "json_invalid"}]
+            return error_response(
+                422, code, "the body could not be read; send UTF-8 JSON as the schema says", unread
+            )
         return error_response(exc.status_code, code, message, headers=exc.headers)
 
     @app.exception_handler(IntegrityError)
@@ -186,7 +203,10 @@ def default_jobs(settings: Settings) -> list[PeriodicJob]:
         PeriodicJob("mail-delivery", settings.mail_interval_sec, mail_delivery.run_once),
         PeriodicJob("reliability", settings.reliability_interval_sec, loops_reliability.run_once),
         PeriodicJob("payouts", settings.payout_interval_sec, loops_payouts.run_once),
+        PeriodicJob("earnings-hold", settings.earnings_release_interval_sec, loops_holds.run_once),
         PeriodicJob("reservations", RESERVATIONS_SEC, loops_reservations.run_once),
+        PeriodicJob("challenges", settings.challenge_interval_sec, challenges.run_once),
+        PeriodicJob("spot-checks", settings.spot_check_interval_sec, loops_spot_checks.run_once),
     ]
 
 
@@ -248,6 +268,7 @@ def create_app(
     )
     _install_error_handlers(app)
     app.add_middleware(RequestLimitMiddleware, limits=limits_of(settings))
+    app.add_middleware(SecurityHeadersMiddleware)  # outermost: refusals get them too
     # Routes are matched in order, one included router after another (a tenth of the
     # server's CPU under agent load went to matching): the agents' and tenants' hot
     # paths first, the pages after the API.
@@ -262,16 +283,23 @@ def create_app(
         offers,
         tenant_applications,
         agent_benchmarks,
+        agent_challenges,
         admin_accounts,
         admin_providers,
+        admin_enrollment,
         provider_applications,
         provider_account,
+        provider_enrollment,
         provider_reliability,
         provider_prices,
         provider_payouts,
         admin_payouts,
         tenant_billing,
         admin_billing,
+        provider_challenges,
+        admin_challenges,
+        admin_trust,
+        provider_trust,
         reservations,
         install,
     ):

@@ -20,7 +20,7 @@ from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.orm import ApiKeyRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.accounts import accounts
-from gpu_share.coordinator.services.providers import providers
+from gpu_share.coordinator.services.providers import enrollment_tokens, providers
 from gpu_share.protocol.accounts import Role, TenantCreate
 from gpu_share.protocol.providers import ProviderCreate
 
@@ -62,8 +62,20 @@ async def _usable(db: Database, key: str) -> bool:
     return row is not None and row.revoked_at is None
 
 
+async def _working_token(db: Database, settings: Settings, clock: Clock, token: str) -> str | None:
+    """Tokens expire: the one on disk, or a new one for the same provider once it has."""
+    async with db.write() as session:
+        return await enrollment_tokens.renewed(
+            session,
+            token,
+            clock.now(),
+            enrollment_tokens.lifetime(settings.enrollment_token_days),
+        )
+
+
 async def prepare(settings: Settings, clock: Clock) -> Credentials:
-    """Migrate, then make sure an admin key and a demo tenant key exist and are on disk."""
+    """Migrate, then make sure an admin key, a demo tenant key and a working enrollment
+    token exist and are on disk."""
     await migrate.upgrade(settings.database_url)
     path = credentials_path(settings)
     creds = _load(path)
@@ -73,13 +85,22 @@ async def prepare(settings: Settings, clock: Clock) -> Credentials:
             creds is not None
             and await _usable(db, creds.admin_key)
             and await _usable(db, creds.tenant_key)
+            and (token := await _working_token(db, settings, clock, creds.enrollment_token))
         ):
+            if token != creds.enrollment_token:
+                creds.enrollment_token = token
+                _save(path, creds)
             return creds
         now = clock.now()
         async with db.write() as session:
             _, admin_key = await accounts.issue_key(session, Role.ADMIN, now)
             tenant = await accounts.create_tenant(session, DEMO_TENANT, now)
-            provider = await providers.create_provider(session, LOCAL_PROVIDER, now)
+            provider = await providers.create_provider(
+                session,
+                LOCAL_PROVIDER,
+                now,
+                token_lifetime=enrollment_tokens.lifetime(settings.enrollment_token_days),
+            )
         creds = Credentials(
             admin_key=admin_key,
             tenant_id=tenant.id,

@@ -10,6 +10,7 @@
     POST /v1/agent/invokes/{id}/checkpoint  (octet-stream) → the snapshot to resume from
     POST /v1/agent/invokes/{id}/result
     POST /v1/agent/invokes/{id}/preempted   the job stopped at a PREEMPT verdict: requeue it
+    POST /v1/agent/challenges/{id}/…        a hardware challenge (`protocol.trust`)
 
 Every call about a leased invoke carries its `lease_token`; a stale token gets 409.
 """
@@ -30,9 +31,11 @@ from gpu_share.protocol.nodes import (
     Telemetry,
 )
 from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.protocol.trust import ChallengeOrder
 
 LEASE_TOKEN_HEADER = "X-Lease-Token"  # noqa: S105 (a header name)
 GpuIndex = Annotated[int, Field(ge=0, le=MAX_GPUS)]  # a GPU's NVML index on its node
+FINGERPRINT_PATTERN = "^[0-9a-f]{64}$"
 
 
 class NodeInventory(BaseModel):
@@ -45,10 +48,24 @@ class NodeInventory(BaseModel):
     gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS)
     runtimes: list[RuntimeName] = Field(default_factory=list)
     max_concurrent_jobs: int = Field(ge=1, le=256)
+    job_memory_mb: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_MB,
+        description="The memory each job (and each session's model process) may use: the "
+        "provider's limit, else the slot's share of the RAM (agent/jobcontext.job_limits); "
+        "null: an older agent",
+    )
     sandbox: SandboxKind
     region: str | None = Field(default=None, max_length=64)
     gpu_topology: GpuTopology | None = Field(
         default=None, description="NVLink/PCIe links between the GPUs; null: NVML could not say"
+    )
+    fingerprint: str | None = Field(
+        default=None,
+        pattern=FINGERPRINT_PATTERN,
+        description="SHA-256 (hex) of stable facts of the machine (`agent/fingerprint.py`): "
+        "the same machine registering again is its node again; null: an older agent",
     )
 
 
@@ -61,6 +78,11 @@ class RegistrationResult(BaseModel):
     node_key: str = Field(description="gpu_ak_…; shown once, kept by the agent")
     heartbeat_interval_sec: float
     lease_ttl_sec: float
+    returning: bool = Field(
+        default=False,
+        description="The machine was known (its fingerprint or a GPU UUID): this is its node "
+        "again, with its record; the node's earlier keys are revoked",
+    )
 
 
 class InventoryAck(BaseModel):
@@ -101,6 +123,11 @@ class HeartbeatAck(BaseModel):
         default=False,
         description="Run the benchmark suite when no job or session holds a GPU, and report it",
     )
+    challenge: ChallengeOrder | None = Field(
+        default=None,
+        description="A hardware challenge waits for this node (docs/trust.md): start it when "
+        "no job or session holds its GPU (or, for a CPU challenge, the node)",
+    )
 
 
 class LeaseRequest(BaseModel):
@@ -136,6 +163,16 @@ class ArtifactRef(BaseModel):
     size: int | None = None
 
 
+class EvaluatedOutputs(BaseModel):
+    """What another node returned for this job, for the runtime to score as well as run it:
+    a spot check (docs/trust.md). Only the coordinator sets it, only for CatBoost training,
+    where it is the other node's `outputs.npz` (the model it trained and its report). One
+    of the two is set."""
+
+    artifact: ArtifactRef | None = None
+    inline_base64: str | None = None
+
+
 class LeasedJob(BaseModel):
     invoke_id: str
     lease_token: str
@@ -160,6 +197,11 @@ class LeasedJob(BaseModel):
         default=False,
         description="Already running (the lease asked `start`): its timeout counts from the "
         "lease, and the agent makes no `/start` call",
+    )
+    evaluate: EvaluatedOutputs | None = Field(
+        default=None,
+        description="A spot check of a training: also score the model another node "
+        "returned for the same job (docs/trust.md); null for every tenant's job",
     )
 
 

@@ -73,7 +73,8 @@ class GpuMeasurement(BaseModel):
 
 
 class CpuMeasurement(BaseModel):
-    """The CPU equivalents: numpy's matrix multiply on every core, one core's memory copy."""
+    """The CPU equivalents: a matrix multiply on every core (onnxruntime's CPU provider,
+    else numpy), one core's memory copy."""
 
     cores: int = Field(ge=1, le=4096, description="Cores the measurement could use")
     backend: str | None = Field(default=None, max_length=100)

@@ -18,12 +18,20 @@ def _sha256_hex(value: str) -> str:
 
 Sha256Hex = Annotated[str, AfterValidator(_sha256_hex)]
 
-_EMAIL_RE = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$")
+# One plain address: no space, control character, or character that would make the
+# text a list of addresses or a display name ("a,b@x", "Eve <e@x>", quotes, brackets).
+_EMAIL_CHAR = r"[^@\s\x00-\x1f\x7f-\x9f\"(),:;<>\[\\\]]"
+_EMAIL_RE = re.compile(rf"^{_EMAIL_CHAR}{{1,64}}@{_EMAIL_CHAR}+\.{_EMAIL_CHAR}+$")
+
+
+def is_email(value: str) -> bool:
+    """Whether `value` is one plain email address (what mail may be sent to)."""
+    return len(value) <= 254 and _EMAIL_RE.fullmatch(value) is not None
 
 
 def _email(value: str) -> str:
     value = value.strip()
-    if len(value) > 254 or not _EMAIL_RE.fullmatch(value):
+    if not is_email(value):
         raise ValueError("must be an email address such as name@example.com")
     return value
 
@@ -31,6 +39,18 @@ def _email(value: str) -> str:
 Email = Annotated[str, AfterValidator(_email)]
 
 T = TypeVar("T")
+
+
+class ApplicationSubmitted(BaseModel):
+    """What applying answers: the same whether or not this email has applied before, so it
+    tells no one who has. The application counts (is reviewed, and is the one open
+    application of its email) once the link mailed to the email is opened."""
+
+    email: str = Field(description="Where the link to confirm the application was mailed")
+    confirm_within_days: int = Field(
+        description="An application not confirmed in this time is deleted"
+    )
+    message: str
 
 
 class Page(BaseModel, Generic[T]):

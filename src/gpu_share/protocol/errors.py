@@ -41,6 +41,7 @@ class ErrorCode(StrEnum):
     OUTPUT_UPLOAD_FAILED = "OUTPUT_UPLOAD_FAILED"
     AGENT_ERROR = "AGENT_ERROR"
     NODE_LOST = "NODE_LOST"
+    NODE_QUARANTINED = "NODE_QUARANTINED"  # its node was caught cheating (docs/trust.md)
     IDLE_TIMEOUT = "IDLE_TIMEOUT"
 
 

@@ -1,14 +1,13 @@
 """Invokes: one job on one node (SPEC §1.5)."""
 
 from datetime import datetime
-from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AnyHttpUrl, BaseModel, Field, field_validator
 
 from gpu_share.protocol.common import Sha256Hex
-from gpu_share.protocol.money import PositiveUsdc
+from gpu_share.protocol.money import PositiveUsdc, PriceCap
 from gpu_share.protocol.nodes import Tier
 from gpu_share.protocol.runtimes import RuntimeName
 
@@ -82,6 +81,12 @@ class OutputsUpload(BaseModel):
         return value
 
 
+REQUIRE_VERIFIED = (
+    "Run only on nodes whose hardware is proven by hardware challenges (docs/trust.md). "
+    "Work naming gpu_model or min_vram_gb gets only verified GPUs either way"
+)
+
+
 class InvokeCreate(BaseModel):
     """The body of `POST /v1/gpu/invoke`; the seed's Hello World body is valid as is."""
 
@@ -99,9 +104,7 @@ class InvokeCreate(BaseModel):
     inputs_checksum_sha256: Sha256Hex | None = None
     outputs_upload: OutputsUpload | None = None
     priority: Priority = Priority.ON_DEMAND
-    max_price_per_gpu_hour: Decimal | None = Field(
-        default=None, ge=0, max_digits=12, decimal_places=6
-    )
+    max_price_per_gpu_hour: PriceCap | None = None
     min_vram_gb: float | None = Field(default=None, gt=0, le=4096)
     gpu_model: str | None = Field(default=None, min_length=1, max_length=100)
     gpus: int = Field(default=1, ge=1, le=16)
@@ -119,6 +122,7 @@ class InvokeCreate(BaseModel):
         description="Run only on nodes that isolate jobs (docker or bwrap), never on a node "
         "whose provider runs jobs as plain processes",
     )
+    require_verified: bool = Field(default=False, description=REQUIRE_VERIFIED)
     webhook_url: str | None = None
     max_cost: PositiveUsdc | None = Field(
         default=None,
@@ -180,6 +184,11 @@ class InvokeError(BaseModel):
     message: str = Field(max_length=16_000)
 
 
+class InvokeRefund(BaseModel):
+    at: datetime
+    reason: str | None = Field(description="Why, e.g. its node was caught returning wrong results")
+
+
 class Invoke(BaseModel):
     id: str
     status: InvokeStatus
@@ -213,6 +222,13 @@ class Invoke(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     reservation_id: str | None = Field(
         default=None, description="The dedicated reservation it runs in (billed by it)"
+    )
+    spot_checked: bool = Field(
+        default=False,
+        description="Its result was re-computed on a trusted node and compared (docs/trust.md)",
+    )
+    refund: InvokeRefund | None = Field(
+        default=None, description="Its cost was paid back, and why; null: not refunded"
     )
 
 

@@ -109,6 +109,25 @@ class NodeGpu(BaseModel):
         default=None, description="Fraction of the model's reference figures; set by benchmarks"
     )
     listed: bool = Field(default=True, description="False while its latest benchmark failed")
+    verified: bool = Field(
+        default=False,
+        description="A hardware challenge proved it is the model it claims (docs/trust.md); "
+        "until then work naming a model or VRAM, and reservations, do not get it",
+    )
+    verified_at: datetime | None = Field(
+        default=None, description="When its latest challenge passed; null: not verified"
+    )
+
+
+# What tenants see of a node's proven hardware and its spot checks (docs/trust.md).
+VERIFIED = (
+    "All of its hardware is proven by hardware challenges (every GPU as its model, a CPU "
+    "node's cores); `require_verified` keeps work on such nodes"
+)
+VERIFIED_AT = "Since when all of it has stood proven (its oldest proof); null: not verified"
+SPOT_CHECK_RATE = (
+    "The share of its jobs re-run on a trusted node and compared, 0..1; null: none set yet"
+)
 
 
 class Node(BaseModel):
@@ -143,6 +162,9 @@ class Node(BaseModel):
         "in); `isolated_only` keeps work off such nodes"
     )
     last_seen_at: datetime | None
+    verified: bool = Field(default=False, description=VERIFIED)
+    verified_at: datetime | None = Field(default=None, description=VERIFIED_AT)
+    spot_check_rate: float | None = Field(default=None, description=SPOT_CHECK_RATE)
 
 
 class RuntimeAvailability(BaseModel):

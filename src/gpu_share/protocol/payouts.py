@@ -232,10 +232,37 @@ class EarningsEntry(BaseModel):
     amount: str = Field(description="USDC earned")
     tenant_paid: str = Field(description="USDC the tenant paid")
     commission: str = Field(description="USDC kept by the platform")
+    payable_at: datetime | None = Field(
+        default=None,
+        description="While the charge's earnings are held: when they become payable; "
+        "null once they are (or once refunded)",
+    )
+
+
+class HeldRelease(BaseModel):
+    """Held earnings that become payable on one day."""
+
+    on: date = Field(description="The UTC day they become payable (today: any moment now)")
+    amount: str
 
 
 class Earnings(BaseModel):
-    pending: str = Field(description="USDC earned and not yet in a payout")
+    pending: str = Field(description="USDC earned and not yet in a payout: `held` + `payable`")
+    held: str = Field(
+        default="0",
+        description="USDC earned and still in the hold: refunded to the tenant if the work "
+        "proves a cheat's, payable once the hold passes",
+    )
+    payable: str = Field(default="0", description="USDC past the hold: what payouts pay")
+    releases: list[HeldRelease] = Field(
+        default_factory=list, description="`held` by the day it becomes payable, soonest first"
+    )
+    refunded: str = Field(
+        default="0", description="USDC of held earnings refunded to tenants, all time"
+    )
+    forfeited: str = Field(
+        default="0", description="USDC of held earnings forfeited for cheating, all time"
+    )
     in_transit: str = Field(description="USDC in payouts not yet marked paid")
     paid: str = Field(description="USDC paid out, all time")
     this_week: EarningsTotal = Field(description="Since Monday 00:00 UTC")

@@ -1,9 +1,10 @@
 """Provider applications (SPEC §3.1, §3.5): what an applicant sends, what an admin decides.
 
-An applicant has no account yet: submitting answers a private status token
-(`gpu_st_…`, shown once) that reads the decision and amends the application when
-more information was asked for. Approval makes the provider account and a one-time
-claim link where the provider sees their key and enrollment token.
+An applicant has no account yet: submitting mails a link to the email given, and the
+application counts once that link is opened (`ApplicationSubmitted`). Confirming answers
+a private status token (`gpu_st_…`, also mailed) that reads the decision and amends the
+application when more information was asked for. Approval makes the provider account and
+a one-time claim link where the provider sees their key and enrollment token.
 """
 
 from datetime import datetime
@@ -106,6 +107,8 @@ class ProviderApplication(BaseModel):
 
 
 class ApplicationReceipt(ProviderApplication):
+    """What confirming the email answers: the application, and how to follow it."""
+
     status_token: str = Field(
         description="gpu_st_…: reads and amends this application; shown once, keep it"
     )

@@ -1,10 +1,12 @@
 """Providers as admins create them (the full application flow is SPEC §3.1)."""
 
 from datetime import datetime
+from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
 from gpu_share.protocol.common import Email
+from gpu_share.protocol.hardware import HardwareProof
 from gpu_share.protocol.nodes import (
     GpuInfo,
     NodeStatus,
@@ -60,4 +62,50 @@ class ProviderNode(BaseModel):
     )
     recent: list[TelemetrySample] = Field(
         default_factory=list, description="Heartbeats of the last minutes, oldest first"
+    )
+    verified: bool = Field(
+        default=False,
+        description="All of its hardware proven by hardware challenges (docs/trust.md)",
+    )
+    verification: list[HardwareProof] = Field(
+        default_factory=list,
+        description="Each GPU's proof, in the order of `gpus` (a CPU node: its cores')",
+    )
+
+
+class EnrollmentTokenState(StrEnum):
+    ACTIVE = "active"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
+class EnrollmentToken(BaseModel):
+    """An enrollment token as its provider and the admin see it; the token itself is shown
+    once, when issued."""
+
+    id: str
+    prefix: str = Field(description="Its first characters, to tell tokens apart")
+    created_at: datetime
+    expires_at: datetime | None = Field(description="Registrations are refused from then on")
+    revoked_at: datetime | None
+    state: EnrollmentTokenState
+    machines: int = Field(ge=0, description="Machines whose latest registration used it")
+
+
+class IssuedEnrollmentToken(EnrollmentToken):
+    token: str = Field(description="gpu_et_…; shown once: give it to `gpu-share agent --token`")
+    install_command: str = Field(description="Installs and starts the agent with this token")
+    replaces: str | None = Field(
+        default=None, description="Rotating: the token revoked in the same step"
+    )
+
+
+class EnrollmentTokenRequest(BaseModel):
+    """How long the new token works (the admin's choice; providers get the platform's)."""
+
+    lifetime_days: int | None = Field(
+        default=None,
+        ge=1,
+        le=365,
+        description="Days until it expires; null: GPUSHARE_ENROLLMENT_TOKEN_DAYS (7)",
     )

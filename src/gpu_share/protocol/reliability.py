@@ -62,6 +62,11 @@ class Reliability(BaseModel):
     completion_evidence: CompletionEvidence
     stability_evidence: StabilityEvidence
     nodes: int = Field(default=1, ge=0, description="Nodes combined (a provider's score)")
+    start: Fraction | None = Field(
+        default=None,
+        description="A node's: the score it started from, its provider's published score "
+        "when it registered (0.9 when the provider had none); null on a provider's score",
+    )
     half_life_days: float = Field(gt=0, description="Evidence this old weighs half")
     lookback_days: float = Field(gt=0, description="Evidence older than this is not counted")
     computed_at: datetime

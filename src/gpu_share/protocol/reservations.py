@@ -11,11 +11,11 @@ a whole minute at most 90 days ahead; give `hours` or `ends_at`. Times are UTC.
 """
 
 from datetime import datetime
-from decimal import Decimal
 from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from gpu_share.protocol.money import PriceCap
 from gpu_share.protocol.nodes import Tier
 
 MIN_HOURS = 1
@@ -50,10 +50,14 @@ class ReservationRequest(BaseModel):
     min_vram_gb: float | None = Field(default=None, gt=0, le=4096, allow_inf_nan=False)
     region: str | None = Field(default=None, min_length=1, max_length=64)
     tier: Tier | None = None
-    max_price: Decimal | None = Field(
-        default=None, ge=0, max_digits=12, decimal_places=6, description="USDC per GPU-hour"
-    )
+    max_price: PriceCap | None = Field(default=None, description="USDC per GPU-hour")
     min_reliability: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    require_verified: bool = Field(
+        default=True,
+        description="Only a node whose hardware is all proven by hardware challenges "
+        "(docs/trust.md). Reserved GPUs are always verified ones; false also allows a node "
+        "some of whose other GPUs are not proven yet",
+    )
 
 
 class ReservationQuote(BaseModel):

@@ -12,7 +12,6 @@ by `pack`: a 4-byte big-endian header length, the JSON header, then the payload.
 import json
 import struct
 from datetime import datetime
-from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -20,7 +19,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gpu_share.protocol.agent import ArtifactRef
 from gpu_share.protocol.common import Sha256Hex
-from gpu_share.protocol.invokes import MAX_URL_LENGTH, http_url
+from gpu_share.protocol.invokes import MAX_URL_LENGTH, REQUIRE_VERIFIED, http_url
+from gpu_share.protocol.money import PriceCap
 from gpu_share.protocol.nodes import Tier
 from gpu_share.protocol.runtimes import RuntimeName
 
@@ -67,9 +67,8 @@ class SessionCreate(BaseModel):
         description="Run only on nodes that isolate jobs (docker or bwrap), never on a node "
         "whose provider runs jobs as plain processes",
     )
-    max_price_per_gpu_hour: Decimal | None = Field(
-        default=None, ge=0, max_digits=12, decimal_places=6
-    )
+    max_price_per_gpu_hour: PriceCap | None = None
+    require_verified: bool = Field(default=False, description=REQUIRE_VERIFIED)
     reservation_id: str | None = Field(
         default=None,
         max_length=40,

@@ -77,6 +77,7 @@ class InvokeOptions(TypedDict, total=False):
     webhook_url: str
     max_cost: Decimal | str | int
     reservation_id: str  # run in this active dedicated reservation of yours
+    require_verified: bool  # only on nodes whose hardware challenges proved it (docs/trust.md)
     idempotency_key: str
 
 
@@ -223,7 +224,9 @@ def build_invoke(
         {"runtime": runtime, "model_url": model_url, "inputs_url": inputs_url or "", **fields},
     )
     key = options.get("idempotency_key") or f"sdk-{uuid.uuid4().hex}"
-    return body.model_dump(mode="json", exclude_none=True), key
+    # require_verified left out when false: a coordinator from before it accepts the body.
+    unset = None if body.require_verified else {"require_verified"}
+    return body.model_dump(mode="json", exclude_none=True, exclude=unset), key
 
 
 def validated(model: type[B], fields: Mapping[str, Any]) -> B:

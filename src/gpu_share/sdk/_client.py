@@ -303,9 +303,10 @@ class Client:
         """Load `model` (a URL, path, bytes or file) on a node and keep it there.
 
         Options are those of `POST /v1/gpu/sessions` (`idle_timeout_sec`, `max_batch`,
-        `max_concurrency`, placement, `reservation_id`). Use the handle as a context
-        manager: leaving it closes the session. `recreate=True` opens a new session when
-        this one ended under you (node lost, idle timeout) and sends the forward again.
+        `max_concurrency`, placement and `require_verified`, `reservation_id`). Use the
+        handle as a context manager: leaving it closes the session. `recreate=True` opens a
+        new session when this one ended under you (node lost, idle timeout) and sends the
+        forward again.
         """
 
         def reopen() -> Session:

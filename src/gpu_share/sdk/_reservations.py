@@ -34,11 +34,15 @@ class ReservationFields(TypedDict, total=False):
     tier: Tier | str
     max_price: Decimal | float | str
     min_reliability: float
+    require_verified: bool  # default true: only a node whose hardware is all proven
 
 
 def request_body(fields: ReservationFields) -> dict[str, object]:
     body = validated(ReservationRequest, fields)
-    return body.model_dump(mode="json", exclude_none=True)
+    # require_verified left out at its default (true): a coordinator from before it accepts
+    # the body, and one since applies the same default.
+    unset = {"require_verified"} if body.require_verified else None
+    return body.model_dump(mode="json", exclude_none=True, exclude=unset)
 
 
 def quote_reservation(c: ClientConfig, fields: ReservationFields) -> Flow[ReservationQuote]:

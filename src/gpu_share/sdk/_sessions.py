@@ -36,10 +36,9 @@ def open_session(
         ApiRequest(
             "POST",
             "/v1/gpu/sessions",
-            # gpus 0 left out: a coordinator from before `gpus` accepts the body.
-            json=body.model_dump(
-                mode="json", exclude_none=True, exclude={"gpus"} if body.gpus == 0 else None
-            ),
+            # gpus 0 and require_verified false left out: a coordinator from before them
+            # accepts the body.
+            json=body.model_dump(mode="json", exclude_none=True, exclude=_defaults_left_out(body)),
             safe=False,
         ),
         c,
@@ -53,6 +52,13 @@ def open_session(
     if session.status is not SessionStatus.READY:
         raise SessionFailed(session)
     return session
+
+
+def _defaults_left_out(body: SessionCreate) -> set[str] | None:
+    left = {"gpus"} if body.gpus == 0 else set()
+    if not body.require_verified:
+        left.add("require_verified")
+    return left or None
 
 
 def get_session(c: ClientConfig, session_id: str) -> Flow[Session]:

@@ -1,12 +1,14 @@
 """Earnings for tests: CHARGE transactions posted straight to the books, as the billing
-code posts them, and a frozen clock moved to a given moment."""
+code posts them (held, or as before earnings were held: payable), and a frozen clock
+moved to a given moment."""
 
 from datetime import datetime, timedelta
 
 from gpu_share.coordinator.core.clock import FrozenClock
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.ids import new_id
-from gpu_share.coordinator.services.money import ledger
+from gpu_share.coordinator.core.orm import NodeRow
+from gpu_share.coordinator.services.money import earnings_hold, ledger
 from gpu_share.coordinator.services.money.ledger import ChargeDetails, Entry, TransactionKind
 
 
@@ -25,8 +27,13 @@ async def post_charge(
     gpu_model: str = "NVIDIA H100 80GB HBM3",
     gpus: int = 1,
     seconds: float = 3600.0,
+    held: bool = False,
 ) -> str:
-    """One charge paid by the outside world (no tenant needed): its cause."""
+    """One charge paid by the outside world (no tenant needed): its cause.
+
+    `held`: as billing posts a charge, into the provider's held earnings with its hold
+    recorded (the node's, when `node_id` is registered); otherwise as a charge posted
+    before earnings were held, straight into their pending (payable) earnings."""
     cost = provider_micro + commission_micro
     work_id = new_id("inv")
     details: ChargeDetails = {
@@ -50,7 +57,10 @@ async def post_charge(
     cause = f"invoke:{work_id}:charge"
     entries = [
         Entry(ledger.WORLD, -cost),
-        Entry(ledger.provider_pending(provider_id), provider_micro),
+        Entry(
+            (ledger.provider_held if held else ledger.provider_pending)(provider_id),
+            provider_micro,
+        ),
         Entry(ledger.COMMISSION, commission_micro),
     ]
     async with db.write() as session:
@@ -62,4 +72,9 @@ async def post_charge(
             now=at,
             details=dict(details),
         )
+        if held:
+            node = await session.get(NodeRow, node_id) or NodeRow(
+                id=node_id, provider_id=provider_id, gpus=[], verification=None
+            )
+            await earnings_hold.hold_charge(session, cause, node, provider_micro)
     return cause

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.replica.state import Replica
 from gpu_share.testing.factories import create_provider, create_tenant
 from gpu_share.testing.processes import AgentProcess
 
@@ -26,6 +27,9 @@ class Live:
         self.agents: list[AgentProcess] = []
         self.tenant_headers: dict[str, str] = {}
         self.enrollment_token = ""
+        # The served app's replica, for what a test stands in for by writing rows (a
+        # passed hardware challenge: `testing/verification.py`); set by the fixture.
+        self.replica: Replica | None = None
 
     async def setup(self) -> None:
         tenant = await create_tenant(self.http)

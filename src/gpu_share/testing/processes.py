@@ -64,6 +64,8 @@ class AgentProcess:
                 # Tests that are not about benchmarks keep the CPU for what they test;
                 # tests/e2e/test_benchmarks.py turns them on.
                 "GPUSHARE_AGENT_BENCHMARKS": "0",
+                # Hardware challenges likewise: tests/e2e/test_challenges.py turns them on.
+                "GPUSHARE_AGENT_CHALLENGES": "0",
                 **(env or {}),
             },
         )

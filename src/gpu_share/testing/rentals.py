@@ -33,14 +33,19 @@ class Rentals:
     provider: ProviderHandle
     sim_agent: AgentFactory
 
-    async def node(self, count: int = 2, **inventory_kw: Any) -> SimulatedAgent:
-        """A registered node with `count` H100s, its provider's price for them `RATE`."""
+    async def node(
+        self, count: int = 2, *, verified: bool = True, **inventory_kw: Any
+    ) -> SimulatedAgent:
+        """A registered node with `count` H100s, its provider's price for them `RATE`;
+        `verified`: they passed their hardware challenges (only verified GPUs are
+        reserved, docs/trust.md)."""
         agent = await self.sim_agent(
             inventory(
                 runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU],
                 gpus=gpus(count),
                 **inventory_kw,
-            )
+            ),
+            verified=verified,
         )
         async with self.replica.db.write() as session:
             await session.merge(

@@ -35,6 +35,7 @@ async def serve(
         log_level="warning",
         lifespan="on" if lifespan else "off",
         timeout_graceful_shutdown=1,  # do not wait out agents' long-polls
+        proxy_headers=False,  # as `gpu-share server`: the app decides whom to believe
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

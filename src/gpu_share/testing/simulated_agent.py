@@ -18,6 +18,7 @@ from gpu_share.protocol import agent as wire
 from gpu_share.protocol.invokes import InvokeResult, InvokeStatus, Metrics
 from gpu_share.protocol.nodes import GpuInfo, GpuTopology, SandboxKind
 from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.testing.challenge_answers import Answered, ChallengeAnswer, answer
 
 H100 = GpuInfo(
     index=0,
@@ -40,19 +41,29 @@ def inventory(
     hostname: str = "sim-node",
     sandbox: SandboxKind = SandboxKind.PROCESS,
     gpu_topology: GpuTopology | None = None,
+    fingerprint: str | None = None,
+    job_memory_mb: int | None = None,
+    machine: str | None = None,
 ) -> wire.NodeInventory:
-    """A node's inventory; `gpus=[H100] * 4` makes four distinct GPUs (index 0…3, own UUIDs)."""
+    """A node's inventory; `gpus=[H100] * 4` makes four distinct GPUs (index 0…3, own UUIDs).
+    `fingerprint` (`machine_fingerprint`): the machine, as the real agent names it; a
+    `machine` name goes into its GPUs' UUIDs, so machines named apart have cards of their own."""
+    cards = _distinct(gpus or [])
+    if machine is not None:
+        cards = [g.model_copy(update={"uuid": f"{g.uuid}-{machine}"}) for g in cards]
     return wire.NodeInventory(
         hostname=hostname,
         agent_version="sim",
         cpu_count=4,
         ram_mb=16384,
-        gpus=_distinct(gpus or []),
+        gpus=cards,
         runtimes=runtimes or [RuntimeName.ONNX_CPU],
         max_concurrent_jobs=slots,
+        job_memory_mb=job_memory_mb,
         sandbox=sandbox,
         region=region,
         gpu_topology=gpu_topology,
+        fingerprint=fingerprint,
     )
 
 
@@ -64,6 +75,22 @@ def _distinct(gpus: list[GpuInfo]) -> list[GpuInfo]:
         g if n == 0 else g.model_copy(update={"index": n, "uuid": f"{g.uuid}-{n}"})
         for n, g in enumerate(gpus)
     ]
+
+
+def own_gpus(node_inventory: wire.NodeInventory, taken: set[str]) -> wire.NodeInventory:
+    """The inventory of another machine with the same cards: a GPU whose UUID is `taken`
+    (another simulated machine has it) gets one of its own, as a second physical card
+    would. The coordinator knows a machine by its GPUs (`nodes/hardware.py`), so without
+    this every node listing `H100` would be one machine registering again."""
+    gpus = []
+    for gpu in node_inventory.gpus:
+        uuid, n = gpu.uuid, 0
+        while uuid in taken:
+            n += 1
+            uuid = f"{gpu.uuid}-m{n}"
+        taken.add(uuid)
+        gpus.append(gpu if uuid == gpu.uuid else gpu.model_copy(update={"uuid": uuid}))
+    return node_inventory.model_copy(update={"gpus": gpus})
 
 
 def npz_bytes(**arrays: object) -> bytes:
@@ -104,6 +131,7 @@ class SimulatedAgent:
         self.client = CoordinatorClient(base_url, transport=transport)
         self.inventory = node_inventory or inventory()
         self.node_id: str | None = None
+        self.returning = False
         self.leased: list[str] = []
         self.reported: list[str] = []
 
@@ -111,6 +139,7 @@ class SimulatedAgent:
         result = await self.client.register(enrollment_token, self.inventory)
         self.client.key = result.node_key
         self.node_id = result.node_id
+        self.returning = result.returning  # the machine was known: its node again
         return result.node_id
 
     async def heartbeat(self, running: list[wire.LeasedJob] = ()) -> wire.HeartbeatAck:  # type: ignore[assignment]
@@ -161,6 +190,12 @@ class SimulatedAgent:
                     self.reported.append(job.invoke_id)
                 except StaleLease:
                     continue
+
+    async def answer_challenge(self, how: ChallengeAnswer | None = None) -> Answered:
+        """Take the challenge the heartbeat answer names and answer it `how` (honestly)."""
+        order = (await self.heartbeat()).challenge
+        assert order is not None, "no challenge waits for this node"
+        return await answer(self.client, order, how or ChallengeAnswer())
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -78,6 +78,8 @@ class LiveStack:
             **FAST_SERVER_ENV,
             "GPUSHARE_DATA_DIR": str(self.root / "server"),
             "GPUSHARE_ADMIN_KEY": self.admin_key,
+            # As an operator sets it: the installer and mails take links from it alone.
+            "GPUSHARE_PUBLIC_BASE_URL": self.base_url,
             "PYTHONUNBUFFERED": "1",
         }
         if self.database_url:

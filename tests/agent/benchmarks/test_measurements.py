@@ -2,6 +2,7 @@
 here, so a GPU is measured through the same probe interface by a stand-in."""
 
 import asyncio
+import sys
 from pathlib import Path
 
 import psutil
@@ -28,9 +29,19 @@ def test_storage_is_written_synced_read_back_and_removed(tmp_path: Path) -> None
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
-def test_the_cpu_is_measured_with_numpy_over_its_cores() -> None:
+def test_the_cpu_is_measured_with_onnxruntime_over_its_cores() -> None:
     measured = compute.measure_cpu(0.05)
     assert 1 <= measured.cores <= (psutil.cpu_count() or 1)
+    assert measured.backend is not None and measured.backend.startswith("onnxruntime ")
+    assert measured.matmul_gflops is not None and measured.matmul_gflops > 0
+    assert measured.memory_bandwidth_gbs is not None and measured.memory_bandwidth_gbs > 0
+
+
+def test_the_cpu_is_measured_with_numpy_where_onnxruntime_is_not_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime: ImportError
+    measured = compute.measure_cpu(0.05, cores=1)
     assert measured.backend is not None and measured.backend.startswith("numpy ")
     assert measured.matmul_gflops is not None and measured.matmul_gflops > 0
     assert measured.memory_bandwidth_gbs is not None and measured.memory_bandwidth_gbs > 0
@@ -97,8 +108,10 @@ async def test_the_child_process_measures_the_machine_and_says_why_a_gpu_was_not
     results = await InChildProcess().measure(job)
     gpu = results.gpus[0]
     assert gpu.uuid == NO_SUCH_GPU.uuid and gpu.fp32_tflops is None
-    # Here neither PyTorch nor CuPy is installed; on a GPU machine the UUID matches none.
-    assert gpu.error and ("neither PyTorch nor CuPy" in gpu.error or "no CUDA device" in gpu.error)
+    # Here onnxruntime is a CPU build and neither PyTorch nor CuPy is installed; on a GPU
+    # machine the UUID matches no device, so onnxruntime falls back to the CPU and says so.
+    assert gpu.backend is None and gpu.error and "no backend could measure" in gpu.error
+    assert "onnxruntime: onnxruntime" in gpu.error and "PyTorch: " in gpu.error
     assert results.cpu is not None and results.cpu.matmul_gflops
     assert results.storage is not None and results.storage.write_mbps
     assert list(tmp_path.iterdir()) == []

@@ -25,10 +25,12 @@ from gpu_share.protocol import sessions as wire
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.runtimes import RuntimeName
 
-# What the ONNX runtimes may import of ours: the runtimes package and nothing above it.
+# What the ONNX runtimes may import of ours: the runtimes package and nothing above it,
+# but for the one NPZ reader (light: numpy and the standard library).
 ALLOWED_OURS = {
     "gpu_share",
     "gpu_share._version",
+    "gpu_share.npz_reading",
     "gpu_share.agent",
     "gpu_share.agent.runtimes",
     "gpu_share.agent.runtimes.limit_messages",
@@ -139,6 +141,9 @@ SPECS: list[Any] = [
     {**GOOD, "threads": " 7 ", "memory_limit_bytes": True},
     {**GOOD, "threads": 0},
     {**GOOD, "threads": 2000, "memory_limit_bytes": 0},
+    {**GOOD, "max_inputs_expanded_bytes": 1024, "memory_limit_bytes": 2048},
+    {**GOOD, "max_inputs_expanded_bytes": 0},
+    {**GOOD, "max_inputs_expanded_bytes": "2G"},
     {**GOOD, "threads": 1.5},
     {**GOOD, "threads": "many"},
     {**GOOD, "threads": [1]},
@@ -182,6 +187,7 @@ def runner_verdict(raw: Any, path: Path) -> dict[str, Any] | str:
         "outputs_dir": spec.outputs_dir,
         "threads": spec.threads,
         "memory_limit_bytes": spec.memory_limit_bytes,
+        "max_inputs_expanded_bytes": spec.max_inputs_expanded_bytes,
         "options": spec.options,
     }
 

@@ -1,7 +1,12 @@
 """Tenants' NPZ files are judged by their headers before a byte of their arrays is read."""
 
 import io
+import math
+import struct
 import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -77,3 +82,87 @@ def test_malformed_members_are_invalid_inputs_naming_the_array(
     with pytest.raises(NpzError, match=fragment) as refused:
         load_npz_bytes(archive(bad=member))
     assert '"bad"' in str(refused.value)
+
+
+# Archives that inflate: built a MiB at a time from zeros, never held whole
+
+
+def npy_header(shape: tuple[int, ...], descr: str = "<f8") -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buffer, {"descr": descr, "fortran_order": False, "shape": shape}
+    )
+    return buffer.getvalue()
+
+
+def inflating_npz(
+    path: Path, *, shape: tuple[int, ...], inflates_to: int | None = None, level: int = 9
+) -> Path:
+    """An NPZ of one float64 array "x" of zeros of `shape`, deflated by zipfile from a
+    zero-filled stream. With `inflates_to`, a liar: its data inflates to that many bytes,
+    while its `.npy` header and the zip's sizes and CRC (patched in) say `shape`."""
+    header = npy_header(shape)
+    declared = math.prod(shape) * 8
+    data = declared if inflates_to is None else inflates_to
+    chunk = bytes(MiB)
+    with (
+        zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=level) as zipped,
+        zipped.open("x.npy", "w", force_zip64=data > 2**31 - MiB) as member,
+    ):
+        member.write(header)
+        for start in range(0, data, MiB):
+            member.write(chunk[: min(MiB, data - start)])
+    if inflates_to is not None:
+        raw = bytearray(path.read_bytes())
+        crc = zlib.crc32(header + bytes(declared))
+        size = len(header) + declared
+        local, central = 0, raw.rfind(b"PK\x01\x02")
+        struct.pack_into("<I", raw, local + 14, crc)
+        struct.pack_into("<I", raw, local + 22, size)
+        struct.pack_into("<I", raw, central + 16, crc)
+        struct.pack_into("<I", raw, central + 24, size)
+        path.write_bytes(bytes(raw))
+    return path
+
+
+def test_a_member_inflating_past_what_its_headers_declare_is_stopped_while_read(
+    tmp_path: Path,
+) -> None:
+    """Its `.npy` header, the zip's size and the CRC all say 1 KiB; its data inflates to
+    256 MiB. Reading stops at the declared size and refuses the rest."""
+    liar = inflating_npz(tmp_path / "liar.npz", shape=(128,), inflates_to=256 * MiB)
+    assert liar.stat().st_size < MiB
+    with zipfile.ZipFile(liar) as zipped:
+        assert zipped.getinfo("x.npy").file_size == len(npy_header((128,))) + 1024
+    with pytest.raises(NpzError, match=r'array "x" of the inputs NPZ inflates past the 1152 bytes'):
+        load_npz(liar, max_bytes=2**31)
+    with pytest.raises(NpzError, match="inflates past"):
+        load_npz_bytes(liar.read_bytes())
+
+
+def test_members_written_by_numpy_load_as_saved_stored_or_deflated(tmp_path: Path) -> None:
+    arrays: dict[str, Any] = {
+        "f": np.asfortranarray(np.arange(12, dtype=np.float32).reshape(3, 4)),
+        "empty": np.zeros((0, 5), dtype=np.int16),
+        "s": np.array(["a", "bcd"]),
+        "big": np.arange(300_000, dtype=np.int64),  # several reads of the bounded stream
+    }
+    for write in (np.savez, np.savez_compressed):
+        buffer = io.BytesIO()
+        write(buffer, **arrays)
+        loaded = load_npz_bytes(buffer.getvalue(), max_bytes=8 * MiB)
+        assert list(loaded) == list(arrays)
+        for name, array in arrays.items():
+            np.testing.assert_array_equal(loaded[name], array)
+            assert loaded[name].dtype == array.dtype
+        assert loaded["f"].flags.f_contiguous
+
+
+def test_a_member_whose_bytes_fail_their_crc_is_refused() -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, x=np.arange(64, dtype=np.uint8))
+    damaged = bytearray(buffer.getvalue())
+    at = damaged.find(bytes(range(10, 20)))
+    damaged[at] ^= 0xFF
+    with pytest.raises(NpzError, match=r'array "x" of the inputs NPZ fails its CRC check'):
+        load_npz_bytes(bytes(damaged))

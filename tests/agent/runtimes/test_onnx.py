@@ -4,12 +4,15 @@ Every job here goes through `python -m gpu_share.agent.runtimes.onnx spec.json`
 and is judged by its `result.json` and exit code, as the agent judges it.
 """
 
+import contextlib
 import importlib.util
 import io
 import json
 import resource
+import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
+import psutil
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -27,6 +31,7 @@ from gpu_share.agent.runtimes.runner import FailureCode, Result, Runtime, Spec, 
 from gpu_share.examples import DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.runtimes import RuntimeName
+from tests.agent.runtimes.test_npz import inflating_npz
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -466,3 +471,54 @@ def test_idle_intra_op_threads_sleep_rather_than_spin() -> None:
     assert options.intra_op_num_threads == 2
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert options.get_session_config_entry("session.inter_op.allow_spinning") == "0"
+
+
+@pytest.fixture(scope="module")
+def three_gib_bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 MiB of deflated zeros whose one array (float64, honestly declared) is 3 GiB."""
+    path = tmp_path_factory.mktemp("bomb") / "bomb.npz"
+    return inflating_npz(path, shape=(3 * 2**30 // 8,))
+
+
+def peak_rss_of(argv: list[str], cwd: Path) -> tuple[int, int]:
+    """(exit code, the highest RSS seen) of a process, sampled every 10 ms: a loose bound."""
+    process = psutil.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0
+    while process.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            peak = max(peak, process.memory_info().rss)
+        time.sleep(0.01)
+    return process.wait(60), peak
+
+
+def test_a_3_mib_npz_inflating_to_3_gib_fails_fast_from_its_headers_in_little_memory(
+    tmp_path: Path, three_gib_bomb: Path
+) -> None:
+    """On a node whose jobs may use 16 GiB, MAX_INPUTS_EXPANDED_BYTES (2 GiB by default)
+    is the limit: refused from the headers, never inflated."""
+    assert three_gib_bomb.stat().st_size < 4 * 2**20
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "model").write_bytes(zeros_model())
+    shutil.copy(three_gib_bomb, tmp_path / "in" / "inputs")
+    spec = {"runtime": "onnx_cpu", "model": "in/model", "inputs": "in/inputs", "threads": 1}
+    (tmp_path / "spec.json").write_text(json.dumps({**spec, "memory_limit_bytes": 16 * 2**30}))
+    argv = [sys.executable, "-m", "gpu_share.agent.runtimes.onnx", "spec.json"]
+    returncode, peak = peak_rss_of(argv, tmp_path)
+    result = read_result(tmp_path / "out" / "result.json")
+    assert returncode == 0 and result is not None and result.error is not None
+    assert result.error.code.value == "RESOURCE_LIMIT"
+    assert result.error.message.startswith(
+        "the inputs NPZ expands to 3072 MiB, more than the 2048 MiB this node lets any job's "
+        "inputs expand to (MAX_INPUTS_EXPANDED_BYTES"
+    ), result.error.message
+    assert '"x": float64[402653184]' in result.error.message
+    assert peak < 500 * 2**20, f"the runtime's RSS peaked at {peak / 2**20:.0f} MiB"
+
+    # The agent's own setting, when smaller than the job's memory, is the one named.
+    (tmp_path / "spec.json").write_text(
+        json.dumps({**spec, "memory_limit_bytes": 16 * 2**30, "max_inputs_expanded_bytes": 2**30})
+    )
+    assert peak_rss_of(argv, tmp_path)[0] == 0
+    result = read_result(tmp_path / "out" / "result.json")
+    assert result is not None and result.error is not None
+    assert "more than the 1024 MiB this node lets" in result.error.message

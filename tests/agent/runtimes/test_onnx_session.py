@@ -6,21 +6,26 @@ comes later, and a connection in between is refused.
 """
 
 import asyncio
+import io
 import os
 import socket
 import struct
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnxruntime as ort
 import pytest
 
 from gpu_share.agent.runtimes import onnx_session
 from gpu_share.agent.runtimes.npz import load_npz_bytes
+from gpu_share.agent.runtimes.onnx_session import ModelServer
+from gpu_share.agent.runtimes.runner import FailureCode, JobFailure
 from gpu_share.examples import DIGITS_EXPECTED_LABELS, DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.protocol.sessions import ForwardHeader, pack, unpack
 
 SOCKET = onnx_session.SOCKET_NAME
+MiB = 1024 * 1024
 RealSocket = socket.socket
 
 
@@ -67,3 +72,23 @@ async def test_the_session_socket_accepts_a_connection_as_soon_as_it_exists(
     assert header["ok"] and header["request_id"] == 7, header
     assert load_npz_bytes(payload)["label"].tolist() == DIGITS_EXPECTED_LABELS
     assert sorted(os.listdir(tmp_path)) == [SOCKET]  # no temporary name left behind
+
+
+def test_a_forward_whose_npz_would_expand_past_the_sessions_limits_is_refused_unread() -> None:
+    """The session's memory and MAX_INPUTS_EXPANDED_BYTES bound a forward's NPZ body as
+    they bound a job's inputs; the session serves the next forward."""
+    model = ort.InferenceSession(str(DIGITS_MODEL), providers=["CPUExecutionProvider"])
+    bomb = io.BytesIO()
+    np.savez_compressed(bomb, input=np.zeros((64 * 1024, 1024), dtype=np.uint8))  # 64 MiB
+    assert len(bomb.getvalue()) < 1024 * 1024
+    for server, words in (
+        (ModelServer(model, max_batch=None, max_concurrency=1, max_bytes=16 * MiB), "memory"),
+        (ModelServer(model, max_batch=None, max_concurrency=1, cap=8 * MiB), "8 MiB this node"),
+    ):
+        with pytest.raises(JobFailure) as refused:
+            server.forward("npz", bomb.getvalue())
+        assert refused.value.code is FailureCode.RESOURCE_LIMIT
+        assert "the inputs NPZ expands to 64 MiB" in refused.value.message
+        assert words in refused.value.message
+        answer = load_npz_bytes(server.forward("npz", DIGITS_INPUTS.read_bytes()))
+        assert answer["label"].tolist() == DIGITS_EXPECTED_LABELS

@@ -32,7 +32,8 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 
 
 async def provider_with_earnings(live: Live, db: Database) -> tuple[str, str]:
-    """(key, provider id) of an approved provider with a machine and a week of charges."""
+    """(key, provider id) of an approved provider with a machine and a week of charges:
+    the last two still held, the others posted before earnings were held (payable)."""
     key, token = await approved_provider(live)
     me = (await live.http.get("/v1/provider/me", headers={"Authorization": f"Bearer {key}"})).json()
     agent = SimulatedAgent(live.base_url)
@@ -57,6 +58,7 @@ async def provider_with_earnings(live: Live, db: Database) -> tuple[str, str]:
             gpu_model=model,
             gpus=gpus,
             seconds=hours * 3600,
+            held=days <= 1,
         )
     return key, me["id"]
 
@@ -70,7 +72,14 @@ async def test_a_provider_reads_earnings_and_sets_a_solana_payout_method(
 
     await page.get_by_role("navigation", name="Main").get_by_role("link", name="Earnings").click()
     await page.wait_for_load_state()
-    assert (await page.locator("#pending").inner_text()).startswith("27.625")
+    assert (await page.locator("#payable").inner_text()).startswith("18.7")
+    assert (await page.locator("#held").inner_text()).startswith("8.925")
+    releases = page.locator("#releases tbody tr")
+    assert await releases.count() == 2  # two charges a day apart, each held 7 days
+    assert "8.5" in await releases.nth(0).inner_text()
+    assert "0.425" in await releases.nth(1).inner_text()
+    history = page.locator("#history + p + .table-wrap tbody")
+    assert await history.get_by_text("held until").count() == 2
     assert "No payout method yet" in await page.locator(".earnings-stats").inner_text()
     assert await page.locator("svg.earnings-chart path").count() == 2  # the chart drew
     per_model = await page.locator("#per-model + .table-wrap").inner_text()
@@ -95,6 +104,9 @@ async def test_a_provider_reads_earnings_and_sets_a_solana_payout_method(
     await page.get_by_role("navigation", name="Main").get_by_role("link", name="Payouts").click()
     await page.wait_for_load_state()
     assert await page.get_by_text("No payouts yet").is_visible()
+    payable_only = await page.locator("#payable-only").inner_text()
+    assert "Payouts are made from payable earnings only" in payable_only
+    assert "Payable now: 18.7 USDC; still held: 8.925 USDC" in payable_only
     await page.get_by_label("Solana address").fill(ADDRESS[:-1] + "0")  # 0 is not base58
     await page.get_by_role("button", name="Save payout settings").click()
     await page.wait_for_load_state()
@@ -154,7 +166,8 @@ async def test_an_admin_exports_a_batch_and_settles_its_payouts(
     await page.get_by_role("navigation", name="Main").get_by_role("link", name="Payouts").click()
     await page.wait_for_load_state()
     row = page.locator(f"tr#{batch_id}")
-    assert "42.625" in await row.inner_text() and "2 to settle" in await row.inner_text()
+    # 18.7 payable of the first (8.925 is still held) and the other's 15
+    assert "33.7" in await row.inner_text() and "2 to settle" in await row.inner_text()
     await screenshot(page, tmp_path, "admin-payout-batches")
     await row.get_by_role("link", name="2026-W50").click()
     await page.wait_for_load_state()

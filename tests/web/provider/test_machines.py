@@ -5,6 +5,7 @@ from pathlib import Path
 
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.nodes import GpuInfo, GpuTelemetry, Telemetry
+from gpu_share.testing.applications import apply_as_provider
 from gpu_share.testing.live import Live
 from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
 from tests.coordinator.services.providers.test_provider_applications import APPLICATION
@@ -22,7 +23,7 @@ H100 = GpuInfo(
 
 async def approved_provider(live: Live) -> tuple[str, str]:
     """An application approved and claimed through the API: (provider key, enrollment token)."""
-    receipt = (await live.http.post("/v1/provider/applications", json=APPLICATION)).json()
+    receipt = await apply_as_provider(live.http, APPLICATION)
     approved = await live.http.post(
         f"/v1/admin/provider-applications/{receipt['id']}/approve", json={"tier": "enterprise"}
     )

@@ -2,12 +2,19 @@
 and the market's recommendation beside it, in a real browser and over HTTP as a
 signed-in browser sends it, against a real coordinator and database."""
 
+import re
 from pathlib import Path
 from urllib.parse import quote
 
-from gpu_share.testing.factories import bearer, create_provider
+import httpx
+import pytest
+
+from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.testing.factories import ProviderHandle, bearer, create_provider
 from gpu_share.testing.live import Live
-from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
+from gpu_share.testing.simulated_agent import AgentFactory, SimulatedAgent, inventory
+from tests.protocol.test_money import OFF_PATTERN
+from tests.web.admin.test_pages import signed_in
 from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
 from tests.web.provider.test_machines import H100, approved_provider
 from tests.web.provider.test_performance import csrf_of
@@ -130,3 +137,20 @@ async def test_a_provider_prices_a_gpu_model_in_a_browser_beside_the_market(
     assert browsing.outside == []
     for agent in (mine, *others):
         await agent.aclose()
+
+
+@pytest.mark.parametrize("price", OFF_PATTERN)
+async def test_a_price_off_the_published_pattern_is_shown_beside_its_field_and_not_saved(
+    client: httpx.AsyncClient, provider: ProviderHandle, sim_agent: AgentFactory, price: str
+) -> None:
+    await sim_agent(inventory(gpus=[H100], runtimes=[RuntimeName.ONNX_CUDA]))
+    csrf = await signed_in(client, provider.key)
+    answer = await client.post(
+        "/provider/pricing",
+        data={"csrf": csrf, "gpu_model": H100.model, "price": price, "discount": "40"},
+    )
+    assert answer.status_code == 422, answer.text
+    error = re.search(r'<p class="error" id="price-\d+-error">([^<]+)</p>', answer.text)
+    assert error and "USDC" in error.group(1), answer.text
+    prices = await client.get("/v1/provider/prices", headers=bearer(provider.key))
+    assert prices.json()["prices"] == []

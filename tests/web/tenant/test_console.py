@@ -3,6 +3,7 @@ upload from the page, start an invoke from the form, follow its log, read its re
 Plus what must be refused: another tenant's invoke, an upload without the CSRF header."""
 
 import asyncio
+import io
 import os
 import re
 from collections.abc import AsyncIterator
@@ -136,7 +137,7 @@ async def test_a_tenant_uploads_starts_and_follows_an_invoke_in_the_browser(
     await nav(page, "Nodes").click()
     nodes = await page.locator("main").inner_text()
     assert "online" in nodes
-    assert "not yet scored" in nodes
+    assert "90 %" in nodes  # where a new node starts: its provider had no score yet
     await shoot(page, tmp_path, "nodes")
 
     await nav(page, "Sessions").click()
@@ -280,3 +281,30 @@ async def test_an_upload_over_the_quota_says_why_and_a_delete_makes_room(
     assert await page.get_by_text(re.compile(r"Artifact art_\w+ is deleted\.")).is_visible()
     assert await page.get_by_text("No artifacts yet: upload a model below").is_visible()
     await upload(page, DIGITS_INPUTS, "inputs")  # room again
+
+
+async def test_an_invoke_page_previews_no_outputs_that_would_inflate_past_its_limit(
+    live: Live,
+) -> None:
+    """A node returns the outputs: a 130 KB inline NPZ that inflates to 128 MiB is judged
+    by its headers and not previewed (nor inflated); a normal one is."""
+    agent = SimulatedAgent(live.base_url)
+    await agent.register(live.enrollment_token)
+    model = await live.upload(DIGITS_MODEL.read_bytes(), "model")
+    bomb, normal = io.BytesIO(), io.BytesIO()
+    np.savez_compressed(bomb, y=np.zeros(128 * 1024 * 1024, dtype=np.uint8))
+    np.savez(normal, y=np.arange(3, dtype=np.float32))
+    assert len(bomb.getvalue()) < 256 * 1024
+    pages = {}
+    for outputs in (bomb.getvalue(), normal.getvalue()):
+        invoke_id = await live.invoke(model_url=model)
+        (job,) = await agent.lease()
+        await agent.complete(job, outputs)
+        async with signed_in(live.base_url, key_of(live.tenant_headers)) as (http, _):
+            page = await http.get(f"/console/invokes/{invoke_id}")
+        assert page.status_code == 200
+        pages[len(outputs)] = page.text
+    inflating, small = pages[len(bomb.getvalue())], pages[len(normal.getvalue())]
+    assert "First values" not in inflating and "of npz, returned with the result" in inflating
+    assert "First values" in small and "[0., 1., 2.]" in small
+    await agent.aclose()

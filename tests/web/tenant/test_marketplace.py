@@ -9,6 +9,7 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.live import Live
 from gpu_share.testing.simulated_agent import H100, SimulatedAgent, inventory
+from gpu_share.testing.verification import mark_verified
 from tests.coordinator.services.work.test_gpu_assignment import TWO_PAIRS
 from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
 
@@ -23,12 +24,19 @@ def key_of(live: Live) -> str:
     return live.tenant_headers["Authorization"].removeprefix("Bearer ")
 
 
+async def verified(live: Live, agent: SimulatedAgent) -> None:
+    """The agent's hardware passed its challenges: offered by default."""
+    assert live.replica is not None and agent.node_id is not None
+    await mark_verified(live.replica, agent.node_id)
+
+
 async def test_the_marketplace_lists_offers_and_filters_them(
     live: Live, browsing: Browsing, tmp_path: Path
 ) -> None:
     agent = SimulatedAgent(live.base_url)
     await agent.register(live.enrollment_token)
     await agent.client.update_inventory(inventory(hostname="market-node", region="eu-west"))
+    await verified(live, agent)
     page = browsing.page
     await sign_in(page, live.base_url, key_of(live))
     await page.get_by_role("link", name="Marketplace").click()
@@ -63,6 +71,7 @@ async def test_nvlink_is_shown_and_filtered_on(live: Live) -> None:
     await linked.client.update_inventory(
         inventory(runtimes=[RuntimeName.ONNX_CUDA], gpus=[H100] * 4, gpu_topology=TWO_PAIRS)
     )
+    await verified(live, linked)
     async with signed_in_client(live.base_url, key_of(live)) as http:
         page = await http.get("/console/marketplace", params={"nvlink": "true"})
         assert page.status_code == 200

@@ -7,6 +7,7 @@ from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.factories import ADMIN, create_provider
 from gpu_share.testing.live import Live
 from gpu_share.testing.simulated_agent import H100, SimulatedAgent, inventory
+from gpu_share.testing.verification import mark_verified
 from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
 
 
@@ -24,6 +25,8 @@ async def test_a_tenant_quotes_reserves_and_cancels_in_the_console(
     await agent.client.update_inventory(
         inventory(hostname="rent-node", runtimes=[RuntimeName.ONNX_CUDA], gpus=gpus)
     )
+    assert live.replica is not None and agent.node_id is not None
+    await mark_verified(live.replica, agent.node_id)  # only proven GPUs are reserved
     priced = await live.http.put(
         f"/v1/provider/prices/{quote(H100.model)}",
         json={"price_per_gpu_hour": "1.5", "spot_discount_pct": 40},
@@ -72,6 +75,8 @@ async def test_the_providers_machines_show_reserved_gpus(live: Live) -> None:
     await agent.client.update_inventory(
         inventory(hostname="rent-node", runtimes=[RuntimeName.ONNX_CUDA], gpus=gpus)
     )
+    assert live.replica is not None and agent.node_id is not None
+    await mark_verified(live.replica, agent.node_id)  # only proven GPUs are reserved
     made = await live.http.post(
         "/v1/reservations",
         json={"node_id": agent.node_id, "hours": 1},

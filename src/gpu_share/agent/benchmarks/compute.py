@@ -1,12 +1,16 @@
-"""Matrix-multiply throughput: each GPU through PyTorch, else CuPy; the CPU through numpy.
+"""Matrix-multiply throughput: each GPU through onnxruntime's CUDA provider, else PyTorch,
+else CuPy; the CPU through onnxruntime's CPU provider, else numpy.
 
 A `Device` makes operations (a matrix multiply of one precision, a memory copy) and
 waits for the hardware to finish them; `rate` times any of them the same way: a
 warm-up whose last call sizes the run, then as many calls as fit the time budget, with
 the device synchronized before the clock stops (GPU work is asynchronous).
 
-Imports of torch, cupy and numpy happen inside the functions: this module is loaded
-by the agent, which must not hold a CUDA context or a BLAS thread pool of its own.
+onnxruntime comes first because every agent install has it: ONNX jobs run on it. Its
+device (`ort_device`) is built on `engine`, which hardware challenges use too; PyTorch
+and CuPy are optional. Imports of onnxruntime, torch, cupy and numpy happen inside the
+functions: this module is loaded by the agent, which must not hold a CUDA context or a
+BLAS thread pool of its own.
 """
 
 import importlib
@@ -34,7 +38,7 @@ MAX_CALLS = 100_000
 
 
 class NoGpuBackend(Exception):
-    """Neither PyTorch nor CuPy can reach the GPU from this Python."""
+    """No way to run work on the GPU from this Python: a GPU figure would not be the GPU's."""
 
 
 class Device(Protocol):
@@ -210,48 +214,64 @@ class NumpyDevice:
         pass
 
 
-def open_gpu(ordinal: int) -> Device:
-    """The GPU at CUDA `ordinal`: through PyTorch, else CuPy; `NoGpuBackend` otherwise."""
+def gpu_backends(
+    ordinal: int, compute_capability: str | None = None
+) -> tuple[tuple[str, Callable[[], Device]], ...]:
+    """The ways to the GPU at CUDA `ordinal`, in the order they are tried."""
+
+    def onnxruntime() -> Device:
+        from gpu_share.agent.benchmarks.ort_device import OrtDevice
+
+        return OrtDevice.gpu(ordinal, compute_capability)
+
+    return (
+        ("onnxruntime", onnxruntime),
+        ("PyTorch", lambda: TorchDevice(ordinal)),
+        ("CuPy", lambda: CupyDevice(ordinal)),
+    )
+
+
+def open_gpu(ordinal: int, compute_capability: str | None = None) -> Device:
+    """The GPU at CUDA `ordinal` through the first backend that reaches it; `NoGpuBackend`,
+    saying why each did not, otherwise."""
     problems = []
-    for backend in (TorchDevice, CupyDevice):
+    for name, open_backend in gpu_backends(ordinal, compute_capability):
         try:
-            device: Device = backend(ordinal)
-        except ImportError:
-            continue
-        except Exception as exc:
-            problems.append(f"{backend.__name__.removesuffix('Device')}: {exc}")
-            continue
-        return device
-    if not problems:
-        raise NoGpuBackend(
-            "neither PyTorch nor CuPy is installed for the agent's Python, so this GPU "
-            "cannot be measured (pip install torch, or cupy-cuda12x)"
-        )
-    raise NoGpuBackend("; ".join(problems))
+            return open_backend()
+        except Exception as exc:  # ImportError: not installed; the rest: cannot reach it
+            problems.append(f"{name}: {exc}")
+    raise NoGpuBackend("no backend could measure this GPU: " + "; ".join(problems))
 
 
 def measure_gpu(gpu: GpuInfo, ordinal: int, budget_sec: float) -> GpuMeasurement:
     """Every precision the GPU has, then its memory bandwidth; what fails is said, not raised."""
+    try:
+        device = open_gpu(ordinal, gpu.compute_capability)
+    except NoGpuBackend as exc:
+        return GpuMeasurement(
+            index=gpu.index, uuid=gpu.uuid, model=gpu.model, error=str(exc)[:1000]
+        )
+    return measure_gpu_on(device, gpu, budget_sec)
+
+
+def measure_gpu_on(device: Device, gpu: GpuInfo, budget_sec: float) -> GpuMeasurement:
+    """Each precision through `device`, then the memory copy; the device is closed after."""
     from gpu_share.agent.benchmarks import memory
 
-    measurement = GpuMeasurement(index=gpu.index, uuid=gpu.uuid, model=gpu.model)
-    try:
-        device = open_gpu(ordinal)
-    except NoGpuBackend as exc:
-        measurement.error = str(exc)[:1000]
-        return measurement
-    measurement.backend = device.name
+    measurement = GpuMeasurement(
+        index=gpu.index, uuid=gpu.uuid, model=gpu.model, backend=device.name
+    )
     n = SMALL_GPU_MATMUL_N if gpu.vram_mb < SMALL_GPU_MB else GPU_MATMUL_N
     problems = []
     try:
         for precision in Precision:
             try:
                 figure = matmul_tflops(device, precision, n, budget_sec)
+                setattr(measurement, f"{precision.value}_tflops", figure)
             except Exception as exc:
                 problems.append(f"{precision.value} matmul: {exc}")
-                continue
-            setattr(measurement, f"{precision.value}_tflops", figure)
-            device.close()  # the matrices go before the next ones are made
+            finally:
+                device.close()  # the matrices go before the next ones are made
         try:
             measurement.memory_bandwidth_gbs = memory.copy_bandwidth_gbs(
                 device, memory.gpu_copy_bytes(gpu.vram_mb), budget_sec
@@ -296,17 +316,37 @@ def available_cores() -> int:
     return max(1, count)
 
 
+def open_cpu(cores: int) -> Device:
+    """onnxruntime's CPU provider on `cores` threads where onnxruntime is installed (the
+    agent's ONNX runtime), else numpy."""
+    try:
+        from gpu_share.agent.benchmarks.ort_device import OrtDevice
+
+        return OrtDevice.cpu(cores)
+    except ImportError:
+        return NumpyDevice()
+
+
 def measure_cpu(budget_sec: float, cores: int | None = None) -> CpuMeasurement:
-    """numpy's float32 multiply over the cores, and one core's memory copy."""
+    """A float32 multiply over the cores, and one core's memory copy."""
+    cores = cores or available_cores()
+    return measure_cpu_on(open_cpu(cores), cores, budget_sec)
+
+
+def measure_cpu_on(device: Device, cores: int, budget_sec: float) -> CpuMeasurement:
+    """The CPU through `device`, which is closed after."""
     from gpu_share.agent.benchmarks import memory
 
-    cores = cores or available_cores()
-    device = NumpyDevice()
     n = BIG_CPU_MATMUL_N if cores >= 16 else CPU_MATMUL_N
-    tflops = matmul_tflops(device, Precision.FP32, n, budget_sec)
+    try:
+        tflops = matmul_tflops(device, Precision.FP32, n, budget_sec)
+        device.close()  # the matrices and the multiply's threads go before the copy
+        bandwidth = memory.copy_bandwidth_gbs(device, memory.cpu_copy_bytes(), budget_sec)
+    finally:
+        device.close()
     return CpuMeasurement(
         cores=cores,
         backend=device.name,
         matmul_gflops=None if tflops is None else tflops * 1000,
-        memory_bandwidth_gbs=memory.copy_bandwidth_gbs(device, memory.cpu_copy_bytes(), budget_sec),
+        memory_bandwidth_gbs=bandwidth,
     )

@@ -1,8 +1,8 @@
 """What the node measures of itself (GPUs, CPU, disk), in a child process.
 
 The child (`python -m gpu_share.agent.benchmarks.local`, a `LocalJob` on stdin, the
-`LocalResults` on stdout) keeps the CUDA context, the GPU memory PyTorch caches and
-BLAS's threads out of the agent, and dies with them: a run cut short because work
+`LocalResults` on stdout) keeps the CUDA context, the GPU memory a backend caches and
+the compute threads out of the agent, and dies with them: a run cut short because work
 arrived is a kill, and a driver crash is the child's, not the agent's. It sees the
 node's GPUs by UUID in NVML's order, so CUDA device i is `gpus[i]` whatever order
 CUDA would have picked.
@@ -31,7 +31,7 @@ GpuProbe = Callable[[GpuInfo, int, float], GpuMeasurement]
 CpuProbe = Callable[[float, int], CpuMeasurement]
 StorageProbe = Callable[[Path, int], StorageMeasurement]
 
-CHILD_START_SEC = 120.0  # importing PyTorch and creating a CUDA context can be slow
+CHILD_START_SEC = 120.0  # importing onnxruntime or PyTorch and creating a CUDA context
 PER_GPU_SEC = 120.0
 
 

@@ -1,7 +1,7 @@
 """Memory bandwidth: one buffer copied into another, on a GPU or in the CPU's RAM.
 
 A copy of N bytes reads N and writes N, so the figure is 2 N per second (the way
-datasheets count a device's bandwidth). On the CPU numpy copies on one core: the
+datasheets count a device's bandwidth). On the CPU the copy runs on one core: the
 figure is what one core gets, which is what a job's single-threaded steps see.
 """
 

@@ -25,7 +25,9 @@ Outputs (`catboost_report`): `out/outputs.npz` with `model_cbm` (always),
 `report_json` (UTF-8 JSON: task, device, effective params, iterations,
 best_iteration, final train/eval metrics, learning curves, feature names and
 importances) and `feature_importances`. CatBoost's own files (its train_dir)
-stay in the job's `tmp/catboost`.
+stay in the job's `tmp/catboost`. A spot check's job (`options.evaluate`, set by the
+agent for the coordinator's checks only) adds what it measured of another node's model
+for the same job (`catboost_evaluation`).
 """
 
 import json
@@ -56,6 +58,7 @@ from gpu_share.agent.runtimes.runner import (
     Result,
     Runtime,
     Spec,
+    inputs_cap,
     log,
     memory_failure,
     memory_limit,
@@ -86,8 +89,10 @@ class TrainOptions(BaseModel):
     snapshot_path: str = "checkpoint/snapshot.cbs"
     snapshot_interval_sec: int = Field(default=60, ge=1)
     resume_from: str | None = None
+    # A spot check (docs/trust.md): another node's outputs for this job, to score as well.
+    evaluate: str | None = None
 
-    @field_validator("snapshot_path", "resume_from")
+    @field_validator("snapshot_path", "resume_from", "evaluate")
     @classmethod
     def _inside_job(cls, value: str | None) -> str | None:
         if value is not None:
@@ -185,7 +190,7 @@ def run_catboost(spec: Spec) -> Result:
             else f"train config: {key} is ignored: a {spec.runtime.value} job trains on the CPU"
         )
 
-    data = training_data(_read_inputs(spec.inputs, memory_limit(spec)), config)
+    data = training_data(_read_inputs(spec), config)
     log(_describe_data(data))
     _check_params(getattr(catboost, ESTIMATORS[config.task]), params, config.task, data)
     train_pool = _pool(catboost, data.train, data, "X")
@@ -227,6 +232,19 @@ def run_catboost(spec: Spec) -> Result:
         from_snapshot=resumed,
         scratch=scratch,
     )
+    if options.evaluate is not None:  # only a spot check's: the import is paid by it alone
+        from gpu_share.agent.runtimes.catboost_evaluation import evaluated_outputs
+
+        outputs.update(
+            evaluated_outputs(
+                Path(options.evaluate),
+                config,
+                data,
+                (train_pool, eval_pool),
+                catboost,
+                memory_limit(spec),
+            )
+        )
     outputs_path = Path(spec.outputs_dir) / OUTPUTS_FILENAME
     outputs_path.parent.mkdir(parents=True, exist_ok=True)
     save_npz(outputs_path, outputs)
@@ -286,7 +304,8 @@ def _read_config(path: Path) -> TrainConfig:
     return parse_train_config(path.read_bytes())
 
 
-def _read_inputs(inputs: str | None, max_bytes: int | None) -> dict[str, Array]:
+def _read_inputs(spec: Spec) -> dict[str, Array]:
+    inputs = spec.inputs
     if inputs is None:
         raise JobFailure(
             FailureCode.INVALID_INPUTS,
@@ -305,7 +324,7 @@ def _read_inputs(inputs: str | None, max_bytes: int | None) -> dict[str, Array]:
             "the JSON train config",
         )
     try:
-        return load_npz(path, max_bytes=max_bytes)
+        return load_npz(path, max_bytes=memory_limit(spec), cap=inputs_cap(spec))
     except NpzTooLarge as exc:
         raise JobFailure(FailureCode.RESOURCE_LIMIT, f"inputs_url: {exc}") from exc
     except NpzError as exc:

@@ -55,6 +55,12 @@ class JobSpec(BaseModel):
         description="The job's memory limit; inputs that expand past it "
         "are refused before they are read",
     )
+    max_inputs_expanded_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="MAX_INPUTS_EXPANDED_BYTES: inputs that expand past it are refused before "
+        "they are read, whatever the memory; null: the runtime's default (2 GiB)",
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="runtime-specific")
 
     @field_validator("model", "outputs_dir")

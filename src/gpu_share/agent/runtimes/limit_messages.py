@@ -49,3 +49,11 @@ def inputs_too_large(size: int, limit: int) -> str:
         f"the inputs NPZ expands to {mib(size)}, more than this job's {mib(limit)} of "
         f"memory ({_PROVIDER}); send smaller arrays or fewer rows per invoke"
     )
+
+
+def inputs_past_cap(size: int, cap: int) -> str:
+    return (
+        f"the inputs NPZ expands to {mib(size)}, more than the {mib(cap)} this node lets any "
+        f"job's inputs expand to (MAX_INPUTS_EXPANDED_BYTES, {_PROVIDER}); send smaller "
+        "arrays or fewer rows per invoke"
+    )

@@ -35,6 +35,7 @@ from gpu_share.agent.runtimes.runner import (
     Result,
     Runtime,
     Spec,
+    inputs_cap,
     log,
     memory_failure,
     memory_limit,
@@ -90,7 +91,7 @@ def run_onnx(spec: Spec) -> Result:
         feeds = zero_feeds(session)
         log(f"inputs: one zero-filled batch: {_feeds_summary(feeds)}")
     else:
-        feeds = feeds_from_arrays(session, _load_inputs(Path(spec.inputs), memory_limit(spec)))
+        feeds = feeds_from_arrays(session, _load_inputs(Path(spec.inputs), spec))
         log(f"inputs: {_feeds_summary(feeds)}")
 
     started = time.perf_counter()
@@ -229,11 +230,11 @@ def _file_hint(model: Path) -> str:
 # Inputs
 
 
-def _load_inputs(path: Path, max_bytes: int | None) -> dict[str, Array]:
+def _load_inputs(path: Path, spec: Spec) -> dict[str, Array]:
     if not path.is_file():
         raise JobFailure(FailureCode.INVALID_CONFIG, f"the inputs file {path} is missing")
     try:
-        return load_npz(path, max_bytes=max_bytes)
+        return load_npz(path, max_bytes=memory_limit(spec), cap=inputs_cap(spec))
     except NpzTooLarge as exc:
         raise JobFailure(FailureCode.RESOURCE_LIMIT, str(exc)) from exc
     except NpzError as exc:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_share.agent.runtimes.npz import NpzError, load_npz_bytes, save_npz_bytes
+from gpu_share.agent.runtimes.npz import NpzError, NpzTooLarge, load_npz_bytes, save_npz_bytes
 from gpu_share.agent.runtimes.onnx import (
     CUDA_PROVIDER,
     feeds_from_arrays,
@@ -37,11 +37,14 @@ from gpu_share.agent.runtimes.onnx import (
     tensor_dtype,
 )
 from gpu_share.agent.runtimes.runner import (
+    DEFAULT_MAX_INPUTS_EXPANDED_BYTES,
     FailureCode,
     JobFailure,
     Result,
     Spec,
+    inputs_cap,
     log,
+    memory_limit,
     read_spec,
     write_result,
 )
@@ -107,9 +110,21 @@ def describe(nodes: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 class ModelServer:
-    def __init__(self, session: Any, *, max_batch: int | None, max_concurrency: int) -> None:
+    def __init__(
+        self,
+        session: Any,
+        *,
+        max_batch: int | None,
+        max_concurrency: int,
+        max_bytes: int | None = None,
+        cap: int = DEFAULT_MAX_INPUTS_EXPANDED_BYTES,
+    ) -> None:
+        """`max_bytes` (the session's memory) and `cap` (MAX_INPUTS_EXPANDED_BYTES): what
+        a forward's NPZ body may expand to, judged from its headers before it is read."""
         self.session = session
         self.max_batch = max_batch
+        self.max_bytes = max_bytes
+        self.cap = cap
         self.inputs = {node.name: node for node in session.get_inputs()}
         self.pool = ThreadPoolExecutor(max_workers=max_concurrency)
 
@@ -144,7 +159,9 @@ class ModelServer:
             arrays = self._arrays_from_json(payload)
         else:
             try:
-                arrays = load_npz_bytes(payload)
+                arrays = load_npz_bytes(payload, max_bytes=self.max_bytes, cap=self.cap)
+            except NpzTooLarge as exc:
+                raise JobFailure(FailureCode.RESOURCE_LIMIT, str(exc)) from exc
             except NpzError as exc:
                 raise JobFailure(FailureCode.INVALID_INPUTS, str(exc)) from exc
         feeds = feeds_from_arrays(self.session, arrays)
@@ -255,7 +272,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     log(f"model loaded in {load_ms} ms on {provider}")
-    server = ModelServer(session, max_batch=max_batch, max_concurrency=max_concurrency)
+    server = ModelServer(
+        session,
+        max_batch=max_batch,
+        max_concurrency=max_concurrency,
+        max_bytes=memory_limit(spec),
+        cap=inputs_cap(spec),
+    )
     asyncio.run(serve(server))
     return 0
 

@@ -29,6 +29,8 @@ from gpu_share.agent.runtimes import limit_messages
 
 SPEC_FILENAME = "spec.json"
 RESULT_FILENAME = "result.json"
+# The agent's MAX_INPUTS_EXPANDED_BYTES by default (`AgentSettings.max_inputs_expanded_bytes`)
+DEFAULT_MAX_INPUTS_EXPANDED_BYTES = 2 * 1024**3
 
 
 class Runtime(StrEnum):
@@ -80,6 +82,8 @@ class Spec:
     outputs_dir: str = "out"
     threads: int | None = None  # intra-op threads
     memory_limit_bytes: int | None = None  # inputs that expand past it are refused unread
+    # MAX_INPUTS_EXPANDED_BYTES: the most the inputs may expand to; None: the default
+    max_inputs_expanded_bytes: int | None = None
     options: dict[str, Any] = field(default_factory=dict)  # runtime-specific
 
     @property
@@ -153,6 +157,7 @@ _FIELDS: dict[str, tuple[bool, Callable[[Any], Any], bool]] = {
     "outputs_dir": (False, _path, False),
     "threads": (False, lambda v: _integer(v, ge=1, le=1024), True),
     "memory_limit_bytes": (False, lambda v: _integer(v, ge=1), True),
+    "max_inputs_expanded_bytes": (False, lambda v: _integer(v, ge=1), True),
     "options": (False, _options, False),
 }
 
@@ -300,6 +305,14 @@ def memory_limit(spec: Spec | None = None) -> int | None:
     if spec is not None and spec.memory_limit_bytes is not None:
         return spec.memory_limit_bytes
     return _soft_rlimit("RLIMIT_DATA")
+
+
+def inputs_cap(spec: Spec | None = None) -> int:
+    """The most a job's inputs NPZ may expand to, whatever its memory: the agent's
+    MAX_INPUTS_EXPANDED_BYTES in the spec, else its default."""
+    if spec is not None and spec.max_inputs_expanded_bytes is not None:
+        return spec.max_inputs_expanded_bytes
+    return DEFAULT_MAX_INPUTS_EXPANDED_BYTES
 
 
 def memory_failure(detail: str = "", *, spec: Spec | None = None) -> JobFailure:

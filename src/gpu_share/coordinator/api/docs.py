@@ -2,20 +2,54 @@
 
 FastAPI documents its 422 as `HTTPValidationError`; ours is the one error shape of
 SPEC §1.8, so the generated document is rewritten once to say so.
+
+Swagger UI's page is ours rather than FastAPI's, whose page starts Swagger with an inline
+script: here a static script (`swagger-init.js`) starts it with the options the page
+carries as JSON data (which no browser runs), so /docs holds to the policy of every page,
+`script-src 'self'` (`http/security_headers.py`).
 """
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import yaml
 from fastapi import FastAPI
-from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, Response
 
 from gpu_share.protocol.errors import ErrorResponse
 
 STATIC_PATH = "/static"  # where app.py mounts web/static
+SWAGGER_OPTIONS = {
+    "url": "/openapi.json",
+    "dom_id": "#swagger-ui",
+    "layout": "BaseLayout",
+    "deepLinking": True,
+    "showExtensions": True,
+    "showCommonExtensions": True,
+    "persistAuthorization": True,
+    "tryItOutEnabled": True,
+}
+# Script content is not HTML-decoded: "<" is escaped the JSON way, so no "</script>" ends it.
+OPTIONS_JSON = json.dumps(SWAGGER_OPTIONS).replace("<", "\\u003c")
+SWAGGER_PAGE = f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1.0">
+<link rel="stylesheet" href="{STATIC_PATH}/swagger-ui.css">
+<link rel="icon" href="{STATIC_PATH}/favicon-32x32.png">
+<title>GPU Share API</title>
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script type="application/json" id="swagger-options">{OPTIONS_JSON}</script>
+<script src="{STATIC_PATH}/swagger-ui-bundle.js"></script>
+<script src="{STATIC_PATH}/swagger-init.js"></script>
+</body>
+</html>
+"""
 
 
 def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -72,11 +106,4 @@ def install(app: FastAPI) -> None:
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui() -> HTMLResponse:
         """Swagger UI from this server's own copy of its assets (works without internet)."""
-        return get_swagger_ui_html(
-            openapi_url="/openapi.json",
-            title="GPU Share API",
-            swagger_js_url=f"{STATIC_PATH}/swagger-ui-bundle.js",
-            swagger_css_url=f"{STATIC_PATH}/swagger-ui.css",
-            swagger_favicon_url=f"{STATIC_PATH}/favicon-32x32.png",
-            swagger_ui_parameters={"persistAuthorization": True, "tryItOutEnabled": True},
-        )
+        return HTMLResponse(SWAGGER_PAGE)

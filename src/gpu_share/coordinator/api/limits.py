@@ -2,9 +2,10 @@
 
 - Headers: at most `max_header_bytes` in all, else 431.
 - Bodies: a JSON body may be at most `max_json_body_bytes` (result reports a little
-  more, to carry inline outputs). A declared Content-Length over the limit is refused
-  at once, without reading a byte; a body without one is counted as it arrives and
-  refused as soon as it passes the limit, so nothing over it is ever buffered.
+  more, to carry inline outputs; a challenge's commit and reveal the protocol's bound).
+  A declared Content-Length over the limit is refused at once, without reading a
+  byte; a body without one is counted as it arrives and refused as soon as it passes
+  the limit, so nothing over it is ever buffered.
   Streaming routes (artifact uploads, agent outputs and checkpoints, session
   forwards) enforce their own, larger limits as they stream.
 - NUL characters: refused in paths, queries and JSON strings (`\\u0000`). PostgreSQL
@@ -21,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.protocol.errors import ErrorCode
+from gpu_share.protocol.trust import MAX_ANSWER_BODY_BYTES
 
 MiB = 1024 * 1024
 
@@ -33,6 +35,8 @@ STREAMING = [
     re.compile(r"^/v1/agent/benchmarks/upload$"),  # read and dropped, bounded there
 ]
 RESULT_REPORT = re.compile(r"^/v1/agent/invokes/[^/]+/result$")
+# A challenge's sketches and revealed rows: bounded by the protocol (`protocol.trust`).
+CHALLENGE_ANSWER = re.compile(r"^/v1/agent/challenges/[^/]+/(commit|reveal)$")
 NUL_ESCAPE = b"\\u0000"
 DRAIN_AT_MOST = 8 * MiB  # read and drop this much of a refused body, so its sender hears why
 
@@ -49,6 +53,8 @@ class RequestLimits:
             return None
         if RESULT_REPORT.match(path):
             return self.max_result_report_bytes
+        if CHALLENGE_ANSWER.match(path):
+            return MAX_ANSWER_BODY_BYTES
         return self.max_json_body_bytes
 
 

@@ -192,6 +192,8 @@ class NodeRow(Base):
     runtimes: Mapped[list[Any]]
     sandbox: Mapped[str] = mapped_column(String(20))
     max_concurrent_jobs: Mapped[int] = mapped_column(Integer)
+    # What each job may use (NodeInventory.job_memory_mb); None: an agent that did not say.
+    job_memory_mb: Mapped[int | None] = mapped_column(BigInteger)
     region: Mapped[str | None] = mapped_column(String(64))
     tier: Mapped[str] = mapped_column(String(16))
     price_per_gpu_hour_micro: Mapped[int | None] = mapped_column(BigInteger)
@@ -528,6 +530,24 @@ class LedgerEntryRow(Base):
     account_id: Mapped[str] = mapped_column(String(120))
     amount_micro: Mapped[int] = mapped_column(BigInteger)  # the books sum to zero
     created_at: Mapped[datetime]
+
+
+class EarningsHoldRow(Base):
+    """A charge's provider share still in the provider's held account: payable once its
+    hold has passed, refundable until then (services/money/earnings_hold.py). Deleted
+    when released or refunded; a forfeit lowers `amount_micro` and keeps the row, so the
+    charge can still be refunded within the hold."""
+
+    __tablename__ = "earnings_holds"
+    __table_args__ = (Index(None, "hold", "earned_at"), Index(None, "provider_id", "earned_at"))
+
+    charge_id: Mapped[str] = mapped_column(ForeignKey("ledger_transactions.id"), primary_key=True)
+    # Not foreign keys, as in the charge's details: the books outlive what they name.
+    provider_id: Mapped[str] = mapped_column(String(40))
+    node_id: Mapped[str] = mapped_column(String(40), index=True)
+    hold: Mapped[str] = mapped_column(String(24))  # earnings_hold.Hold: which length applies
+    earned_at: Mapped[datetime]  # the charge's posting time; the hold counts from it
+    amount_micro: Mapped[int] = mapped_column(BigInteger)  # still held
 
 
 class PayoutBatchRow(Base):

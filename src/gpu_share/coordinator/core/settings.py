@@ -1,10 +1,12 @@
 """The coordinator's one settings object; read from `GPUSHARE_*` by the CLI only."""
 
+import ipaddress
 from enum import StrEnum
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gpu_share.protocol.billing import BillingMode as BillingMode  # the type of `billing`
 
@@ -58,6 +60,13 @@ class Settings(BaseSettings):
 
     heartbeat_interval_sec: float = Field(default=5.0, gt=0)
     node_offline_after_sec: float = Field(default=20.0, gt=0, description="Missed heartbeats")
+    enrollment_token_days: int = Field(
+        default=7,
+        ge=1,
+        le=365,
+        description="How long a new enrollment token registers machines (the admin may "
+        "choose another lifetime when issuing one); nodes already registered keep working",
+    )
     lease_ttl_sec: float = Field(default=30.0, gt=0, description="Extended by every heartbeat")
     lease_sweep_interval_sec: float = Field(default=2.0, gt=0)
     max_attempts: int = Field(default=3, ge=1, description="Leases per invoke before it fails")
@@ -89,6 +98,11 @@ class Settings(BaseSettings):
     rate_limit_failed_keys: int = Field(
         default=30, ge=1, description="Failed key lookups per client address per minute"
     )
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Addresses or networks of the reverse proxies whose X-Forwarded-For "
+        "names the client (comma-separated); none by default",
+    )
 
     smtp_host: str = Field(
         default="",
@@ -115,9 +129,147 @@ class Settings(BaseSettings):
     payout_interval_sec: float = Field(
         default=3_600.0, gt=0, description="How often the payout loop looks for a due period"
     )
+    earnings_hold_days: int = Field(
+        default=7,
+        ge=0,
+        le=365,
+        description="Days a charge's earnings are held before they are payable (docs/payouts.md)",
+    )
+    earnings_hold_days_enterprise: int = Field(
+        default=2,
+        ge=0,
+        le=365,
+        description="The hold for an Enterprise provider's charges earned on verified hardware",
+    )
+    earnings_release_interval_sec: float = Field(
+        default=300.0, gt=0, description="How often held earnings whose hold passed are released"
+    )
+
+    # Hardware challenges (docs/trust.md, "Hardware challenges").
+    challenge_target_sec: float = Field(
+        default=4.0, gt=0, le=600, description="What a challenge's chain takes at the claimed rate"
+    )
+    challenge_allowance_sec: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="Added to each deadline: the round trip, setting up, copying rows out",
+    )
+    challenge_efficiency_floor: float = Field(
+        default=0.2,
+        gt=0,
+        le=1,
+        description="The least share of the claimed rate that meets the deadline: each "
+        "deadline is allowance + target ÷ floor",
+    )
+    challenge_samples: int = Field(
+        default=6, ge=1, le=8, description="Chunks of the chain a node must reveal"
+    )
+    challenge_memory_share: float = Field(
+        default=0.15, gt=0, le=0.5, description="Share of the claimed memory the state fills"
+    )
+    challenge_recheck_min_days: float = Field(
+        default=3.0, gt=0, description="A pass is challenged again at a random time after this"
+    )
+    challenge_recheck_max_days: float = Field(default=10.0, gt=0, description="…and before this")
+    challenge_retry_sec: float = Field(
+        default=3600.0, ge=0, description="After a failure, the next challenge waits this long"
+    )
+    challenge_start_within_sec: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="A challenge the node never starts expires after this (a failure)",
+    )
+    challenge_interval_sec: float = Field(
+        default=30.0, gt=0, description="How often challenges are issued and overdue ones ended"
+    )
+    challenge_scale: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="Shrinks every challenge's work and memory (tests); 1 in production",
+    )
+
+    # Spot checks of results on trusted nodes (docs/trust.md, "Spot checks").
+    spot_check_interval_sec: float = Field(
+        default=10.0, gt=0, description="How often ended jobs are picked and checks concluded"
+    )
+    spot_check_start_rate: float = Field(
+        default=0.5, gt=0, le=1, description="The share of a new node's jobs checked"
+    )
+    spot_check_floor_rate: float = Field(
+        default=0.03,
+        ge=0.025,
+        le=1,
+        description="The least share checked, however long the clean record "
+        "(1 - 0.97^200: 99.8 % of nodes that turn to cheating are caught within 200 jobs)",
+    )
+    spot_check_halving_matches: int = Field(
+        default=10, ge=1, description="Consecutive matches that halve a node's rate"
+    )
+    spot_check_decide_within_sec: float = Field(
+        default=6 * 3600.0,
+        gt=0,
+        description="A job that ended longer ago than this is no longer picked for a check",
+    )
+    spot_check_wait_sec: float = Field(
+        default=6 * 3600.0,
+        gt=0,
+        description="A check no trusted node took by then is dropped as inconclusive",
+    )
+    spot_check_max_output_bytes: int = Field(
+        default=256 * MiB, gt=0, description="Outputs larger than this are not compared"
+    )
+    spot_check_rtol_fp32: float = Field(default=1e-2, gt=0, lt=1)
+    spot_check_atol_fp32: float = Field(
+        default=1e-2, gt=0, lt=1, description="Of the largest magnitude in the trusted array"
+    )
+    spot_check_rtol_fp16: float = Field(default=5e-2, gt=0, lt=1)
+    spot_check_atol_fp16: float = Field(default=5e-2, gt=0, lt=1)
+    spot_check_rtol_bf16: float = Field(default=1e-1, gt=0, lt=1)
+    spot_check_atol_bf16: float = Field(default=1e-1, gt=0, lt=1)
+    spot_check_rtol_fp64: float = Field(default=1e-6, gt=0, lt=1)
+    spot_check_atol_fp64: float = Field(default=1e-6, gt=0, lt=1)
+    spot_check_outlier_share: float = Field(
+        default=0.01,
+        ge=0,
+        lt=0.5,
+        description="Elements of an array that may differ beyond tolerance (near-ties "
+        "of argmax and thresholds), as a share; integers may differ in 2 more",
+    )
+    spot_check_metric_rtol: float = Field(
+        default=1e-3, gt=0, lt=1, description="CatBoost: a reported metric against its re-score"
+    )
+    spot_check_timeout_margin: float = Field(
+        default=4.0,
+        ge=1,
+        description="A TIMEOUT counts against a node only if the trusted node finished in "
+        "this fraction of the timeout, after scaling by how much faster it is",
+    )
+    spot_check_memory_margin: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="An OUT_OF_MEMORY counts against a node only if the trusted node needed "
+        "at most this share of the memory the node had for the job",
+    )
+    trusted_min_checks: int = Field(
+        default=200, ge=1, description="Clean checks that make a verified Enterprise node trusted"
+    )
+    trusted_min_reliability: float = Field(default=0.95, ge=0, le=1)
 
     sqlite_busy_timeout_ms: int = Field(default=10_000, ge=0)
     run_background_loops: bool = True
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxy_networks(cls, value: object) -> object:
+        """A comma-separated variable, or a list; each entry an address or a network."""
+        entries = value.split(",") if isinstance(value, str) else value
+        if not isinstance(entries, list | tuple):
+            return value
+        named = [str(entry).strip() for entry in entries]
+        return [str(ipaddress.ip_network(entry, strict=False)) for entry in named if entry]
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> "Settings":
@@ -127,6 +279,21 @@ class Settings(BaseSettings):
             self.artifact_dir = self.data_dir / "artifacts"
         self.public_base_url = self.public_base_url.rstrip("/")
         return self
+
+    @property
+    def mail_base_url(self) -> str:
+        """Where links in mails point: the public URL, else the address this server listens
+        on (right for a server on one machine). Never a request's `Host`: whoever sends the
+        request would choose where the platform's mail sends its recipient."""
+        if self.public_base_url:
+            return self.public_base_url
+        try:
+            ip = ipaddress.ip_address(self.host)
+        except ValueError:
+            host = self.host or "localhost"  # a name
+        else:  # every interface: this machine's own name reaches it
+            host = "localhost" if ip.is_unspecified else f"[{ip}]" if ip.version == 6 else str(ip)
+        return f"http://{host}:{self.port}"
 
     @property
     def websocket_max_bytes(self) -> int:

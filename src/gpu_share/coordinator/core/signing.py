@@ -49,6 +49,12 @@ class UrlSigner:
             return None
         return subject
 
+    def unseal_token(self, prefix: str, purpose: str, token: str) -> str | None:
+        """The subject of a token that is `prefix` and a value sealed for `purpose`."""
+        if not token.startswith(prefix):
+            return None
+        return self.unseal(purpose, token.removeprefix(prefix))
+
     def sign(self, artifact_id: str, expires_at: datetime) -> str:
         expiry = int(expires_at.timestamp())
         return f"{expiry}.{self._mac(f'{artifact_id}.{expiry}')}"

@@ -2,9 +2,11 @@
 the replica's key cache, with failed lookups counted per address. The API's role
 dependencies (`api/auth.py`) and the sign-in page (`web/`) both start here."""
 
+import asyncio
+
 from starlette.requests import HTTPConnection
 
-from gpu_share.coordinator.core.errors import Unauthorized
+from gpu_share.coordinator.core.errors import RateLimited, Unauthorized
 from gpu_share.coordinator.core.keys import hash_key
 from gpu_share.coordinator.core.principals import Principal
 from gpu_share.coordinator.http.replica import client_address
@@ -13,6 +15,7 @@ from gpu_share.coordinator.services.accounts import rate_limits
 from gpu_share.coordinator.services.accounts.accounts import authenticate
 
 MAX_KEY_LENGTH = 200
+GUESSER_PAUSE_SEC = 1.0  # before a failed lookup past the limit is answered
 
 
 def bearer_key(connection: HTTPConnection) -> str:
@@ -33,20 +36,30 @@ async def principal_of_connection(connection: HTTPConnection, replica: Replica) 
 
 
 async def principal_for_key(replica: Replica, key: str, client: str) -> Principal:
-    """The key's principal; a client that failed too many lookups lately is refused (429)
-    unheard, so keys cannot be guessed at speed. Used by the API and the sign-in page."""
+    """The key's principal. A valid key gets in from any address, however many wrong keys
+    came from it (a shared NAT is not locked out by one guesser): only a failed lookup
+    counts against the address, and past the limit a failure answers 429 with
+    `Retry-After`, after a pause, instead of 401. Used by the API and the sign-in page."""
     key_hash = hash_key(key)
     if (cached := replica.key_cache.get(key_hash)) is not None:
         return cached
-    now = replica.clock.now()
-    limit = rate_limits.failed_keys(replica.settings)
     try:
         async with replica.db.read() as session:
-            await rate_limits.check(session, limit, client, now)
             principal = await authenticate(session, key)
     except Unauthorized:
-        async with replica.db.write() as session:
-            await rate_limits.hit(session, limit, client, now)
+        await _count_failure(replica, client)
         raise
     replica.key_cache.put(key_hash, principal)
     return principal
+
+
+async def _count_failure(replica: Replica, client: str) -> None:
+    """Count the failure in one statement (so concurrent guesses are counted exactly); a
+    guesser past the limit waits before hearing so, which paces one that waits for each
+    answer, and holds nothing meanwhile: its transaction is over."""
+    limit = rate_limits.failed_keys(replica.settings)
+    try:
+        await rate_limits.admit(replica.db, limit, client, replica.clock.now())
+    except RateLimited:
+        await asyncio.sleep(GUESSER_PAUSE_SEC)
+        raise

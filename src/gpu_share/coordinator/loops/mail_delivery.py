@@ -13,5 +13,5 @@ async def run_once(replica: Replica) -> tuple[int, int]:
         return 0, 0
     sent, failed = await delivery.deliver_due(replica.db, replica.clock, replica.settings)
     if sent or failed:
-        log.info("mail: %d sent, %d to retry", sent, failed)
+        log.info("mail: %d sent, %d not sent (retried later or given up)", sent, failed)
     return sent, failed

@@ -3,11 +3,13 @@
 Each due period (weekly on Mondays, monthly on the first business day, UTC) is one
 write transaction: the replica whose insert of the batch row wins makes its payouts;
 every other run, on this replica later or on another at the same moment, finds the
-batch there and does nothing (see `services/money/payouts.py`).
+batch there and does nothing (see `services/money/payouts.py`). Held earnings whose
+hold has passed are released first, so that a payout pays all that is payable by then.
 """
 
 from datetime import UTC
 
+from gpu_share.coordinator.loops import earnings_hold
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.money import payouts
 
@@ -17,7 +19,10 @@ async def run_once(replica: Replica) -> list[str]:
     now = replica.clock.now()
     settings = replica.settings
     made = []
-    for schedule, period in payouts.due_periods(now.astimezone(UTC).date()):
+    due = payouts.due_periods(now.astimezone(UTC).date())
+    if due:
+        await earnings_hold.run_once(replica)
+    for schedule, period in due:
         async with replica.db.write() as session:
             batch_id = await payouts.make_batch(
                 session,

@@ -14,4 +14,5 @@ that domain's `__init__` lists in `__all__`; the arrows run one way, lowest firs
     sessions   → work, money, nodes
     market     → work, nodes
     platform   → nodes
+    trust      → nodes
 """

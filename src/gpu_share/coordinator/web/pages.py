@@ -25,7 +25,7 @@ from gpu_share.coordinator.core.principals import (
 )
 from gpu_share.coordinator.http.replica import ReplicaDep
 from gpu_share.coordinator.replica.state import Replica
-from gpu_share.coordinator.services.accounts import accounts
+from gpu_share.coordinator.services.accounts import accounts, browser_sessions
 from gpu_share.coordinator.services.nodes import gpu_catalog
 from gpu_share.coordinator.web import TEMPLATE_DIR, session
 from gpu_share.coordinator.web.application_form import entry_indices, label_of
@@ -117,38 +117,42 @@ class Browser:
         return response
 
 
-async def _principal(replica: Replica, key_id: str) -> Principal | None:
-    cache_key = f"session:{key_id}"
-    if (cached := replica.key_cache.get(cache_key)) is not None:
-        return cached
+SESSION_ENDED = "Your session ended (signed out, expired, or its key was revoked); sign in again."
+
+
+async def _signed_in(replica: Replica, session_id: str) -> tuple[str, Principal] | None:
+    """The open session's row id and principal: read on every page, never cached, so a
+    sign-out or a revocation on any replica holds here from the next request."""
     async with replica.db.read() as db_session:
-        principal = await accounts.principal_by_key_id(db_session, key_id)
-    if principal is not None:
-        replica.key_cache.put(cache_key, principal)
-    return principal
+        found = await browser_sessions.find_open(db_session, session_id, replica.clock.now())
+    principal = accounts.principal_of(found.key) if found is not None else None
+    return (found.row_id, principal) if found is not None and principal is not None else None
 
 
 async def browser_of(request: Request, replica: ReplicaDep) -> Browser:
-    now = replica.clock.now()
-    cookie = session.read(request, replica.signer, now)
-    principal = await _principal(replica, cookie.key_id) if cookie else None
-    drop = session.SESSION_COOKIE in request.cookies and principal is None
-    anon = session.anonymous_id(request)
-    if principal is not None and cookie is not None:
-        identity = f"session:{cookie.key_id}:{int(cookie.expires_at.timestamp())}"
-        set_anon = None
-    else:
-        set_anon = None if anon else session.new_anonymous_id()
-        identity = f"anon:{anon or set_anon}"
+    session_id = session.read(request, replica.signer)
+    signed_in = await _signed_in(replica, session_id) if session_id else None
+    ended = session.SESSION_COOKIE in request.cookies and signed_in is None
     flash = request.cookies.get(FLASH_COOKIE)
+    if signed_in is not None:
+        row_id, principal = signed_in
+        return Browser(
+            replica=replica,
+            request=request,
+            principal=principal,
+            identity=f"session:{row_id}",
+            flash=_unquote(flash) if flash else None,
+        )
+    anon = session.anonymous_id(request)
+    set_anon = None if anon else session.new_anonymous_id()
     return Browser(
         replica=replica,
         request=request,
-        principal=principal,
-        identity=identity,
+        principal=None,
+        identity=f"anon:{anon or set_anon}",
         set_anonymous=set_anon,
-        drop_session=drop,
-        flash=_unquote(flash) if flash else None,
+        drop_session=ended,
+        flash=_unquote(flash) if flash else (SESSION_ENDED if ended else None),
     )
 
 
@@ -194,3 +198,10 @@ async def form_of(browser: Browser) -> FormData:
 def text(form: FormData, name: str) -> str:
     value = form.get(name)
     return value.strip() if isinstance(value, str) else ""
+
+
+def typed(form: FormData, name: str) -> str:
+    """A field exactly as typed, unstripped: an amount of money, which the one parser
+    (protocol/money.py) refuses here as in the API rather than the page changing it."""
+    value = form.get(name)
+    return value if isinstance(value, str) else ""

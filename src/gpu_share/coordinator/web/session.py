@@ -1,35 +1,27 @@
-"""Browser sessions: a key, once, at sign-in; afterwards a signed cookie naming it.
+"""Browser sessions: a key, once, at sign-in; afterwards a signed cookie naming a session.
 
-The cookie holds the key's id and an expiry, sealed by the coordinator (nothing is
-stored server-side); the key itself never enters a cookie. Every request re-checks
-that the key still exists and is not revoked, so revoking a key ends its sessions.
-A cookie that does not unseal, has expired or names a revoked key signs the browser
-out.
+The cookie holds a random session id, sealed by the coordinator; the session itself is a
+row (`services/accounts/browser_sessions`), checked on every page, so signing out or
+revoking the key ends it on every replica even for a copy of the cookie. The key itself
+never enters a cookie. A cookie that does not unseal or names a session that is over
+signs the browser out.
 
 Every form carries a CSRF token sealed for the browser: its session, or before
 sign-in an anonymous random cookie. A POST whose token does not match is refused.
 """
 
 import secrets
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
 from gpu_share.coordinator.core.signing import UrlSigner
+from gpu_share.coordinator.services.accounts.browser_sessions import SESSION_HOURS
 
 SESSION_COOKIE = "gs_session"
 ANON_COOKIE = "gs_anon"
 SESSION_PURPOSE = "web-session"
 CSRF_PURPOSE = "web-csrf"
-SESSION_HOURS = 12
-
-
-@dataclass(frozen=True)
-class Cookie:
-    key_id: str
-    expires_at: datetime
 
 
 def _secure(connection: HTTPConnection, public_base_url: str) -> bool:
@@ -41,15 +33,12 @@ def start(
     response: Response,
     connection: HTTPConnection,
     signer: UrlSigner,
-    key_id: str,
-    now: datetime,
+    session_id: str,
     public_base_url: str,
 ) -> None:
-    expires = now + timedelta(hours=SESSION_HOURS)
-    value = signer.seal(SESSION_PURPOSE, f"{key_id}~{int(expires.timestamp())}")
     response.set_cookie(
         SESSION_COOKIE,
-        value,
+        signer.seal(SESSION_PURPOSE, session_id),
         max_age=SESSION_HOURS * 3600,
         httponly=True,
         samesite="lax",
@@ -62,16 +51,11 @@ def end(response: Response) -> None:
     response.delete_cookie(SESSION_COOKIE, path="/")
 
 
-def read(connection: HTTPConnection, signer: UrlSigner, now: datetime) -> Cookie | None:
-    """The session the browser holds, if its cookie is genuine and unexpired."""
+def read(connection: HTTPConnection, signer: UrlSigner) -> str | None:
+    """The session id the browser holds, if its cookie is genuine (whether that session is
+    still open is the database's to say)."""
     value = connection.cookies.get(SESSION_COOKIE)
-    subject = signer.unseal(SESSION_PURPOSE, value) if value else None
-    if subject is None:
-        return None
-    key_id, _, expiry = subject.partition("~")
-    if not expiry.isdigit() or int(expiry) <= now.timestamp():
-        return None
-    return Cookie(key_id=key_id, expires_at=datetime.fromtimestamp(int(expiry), now.tzinfo))
+    return signer.unseal(SESSION_PURPOSE, value) if value else None
 
 
 def anonymous_id(connection: HTTPConnection) -> str | None:

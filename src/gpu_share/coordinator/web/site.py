@@ -9,6 +9,8 @@ from fastapi.staticfiles import StaticFiles
 
 from gpu_share.coordinator.web import STATIC_DIR
 from gpu_share.coordinator.web.admin import accounts, applications, nodes, overview
+from gpu_share.coordinator.web.admin import enrollment as admin_enrollment
+from gpu_share.coordinator.web.admin import incidents as admin_incidents
 from gpu_share.coordinator.web.admin import payouts as payout_batches
 from gpu_share.coordinator.web.pages import PageForbidden, SignInRequired, browser_of
 from gpu_share.coordinator.web.provider import (
@@ -19,7 +21,9 @@ from gpu_share.coordinator.web.provider import (
     performance,
     pricing,
 )
-from gpu_share.coordinator.web.public import apply, signin
+from gpu_share.coordinator.web.provider import enrollment as provider_enrollment
+from gpu_share.coordinator.web.provider import incidents as provider_incidents
+from gpu_share.coordinator.web.public import apply, confirm_email, signin
 from gpu_share.coordinator.web.tenant import console, invokes, marketplace, reservations, usage
 
 STATIC_PATH = "/static"
@@ -33,18 +37,23 @@ def install(app: FastAPI) -> None:
         # public/
         signin,
         apply,
+        confirm_email,
         # admin/
         overview,
         applications,
         accounts,
         nodes,
+        admin_enrollment,
         payout_batches,
+        admin_incidents,
         # provider/
         benchmarks,
         earnings,
         payouts,
         performance,
         pricing,
+        provider_enrollment,
+        provider_incidents,
         machines,
         # tenant/
         marketplace,

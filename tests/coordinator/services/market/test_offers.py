@@ -17,6 +17,7 @@ from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import ADMIN, TenantHandle
 from gpu_share.testing.simulated_agent import H100, AgentFactory, inventory
 from tests.coordinator.services.nodes.test_placement import closed_today, set_node
+from tests.coordinator.services.work.test_preemption import console_page
 
 
 async def offers(client: httpx.AsyncClient, tenant: TenantHandle, **params: Any) -> list[Any]:
@@ -58,9 +59,10 @@ async def test_offers_filter_sort_and_show_their_scores(
     clock: FrozenClock,
 ) -> None:
     gpu = await sim_agent(
-        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100])
+        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100]),
+        verified=True,
     )
-    cpu = await sim_agent()
+    cpu = await sim_agent(verified=True)
     await set_node(
         app,
         gpu,
@@ -80,6 +82,7 @@ async def test_offers_filter_sort_and_show_their_scores(
             "vram_mb": H100.vram_mb,
             "cuda_version": "12.4",
             "benchmark_score": 0.93,
+            "verified": True,
         }
     ]
     assert top["price_per_gpu_hour"] == "2" and top["reliability"]["uptime"] == 0.99
@@ -112,3 +115,19 @@ async def test_offers_refuse_bad_filters_and_other_roles(
         "/v1/offers", headers={"Authorization": f"Bearer {provider.key}"}
     )
     assert as_provider.status_code == 403
+
+
+async def test_offers_show_the_memory_each_job_may_use(
+    app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    """The node's word (its agent's limit per job), else the share an agent gives each
+    slot by default: RAM × 0.75 ÷ slots. On the marketplace page too."""
+    told = await sim_agent(inventory(hostname="told", slots=2, job_memory_mb=5000), verified=True)
+    # an agent that did not say
+    older = await sim_agent(inventory(hostname="older", slots=2), verified=True)
+    listed = {o["node_id"]: o for o in await offers(client, tenant)}
+    assert listed[told.node_id]["memory_limit_mb"] == 5000
+    assert listed[older.node_id]["memory_limit_mb"] == 16384 * 3 // 4 // 2
+    page = await console_page(app, tenant, "/console/marketplace")
+    assert '<span class="job-memory"' in page
+    assert "4.9 GiB per job" in page and "6.0 GiB per job" in page

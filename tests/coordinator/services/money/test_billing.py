@@ -75,7 +75,7 @@ async def balances(app: FastAPI, tenant: TenantHandle, provider: ProviderHandle)
         return {
             "available": await ledger.balance(session, ledger.tenant_balance(tenant.id)),
             "reserved": await ledger.balance(session, ledger.tenant_reserved(tenant.id)),
-            "provider": await ledger.balance(session, ledger.provider_pending(provider.id)),
+            "provider": await ledger.balance(session, ledger.provider_held(provider.id)),
             "commission": await ledger.balance(session, ledger.COMMISSION),
         }
 

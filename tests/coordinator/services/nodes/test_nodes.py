@@ -26,8 +26,11 @@ async def test_registered_node_is_listed_online_with_its_gpus(
             "cuda_version": "12.4",
             "benchmark_score": None,
             "listed": True,
+            "verified": False,  # no hardware challenge has passed yet
+            "verified_at": None,
         }
     ]
+    assert (node["verified"], node["verified_at"], node["spot_check_rate"]) == (False, None, None)
     assert node["runtimes"] == ["onnx_cpu", "onnx_cuda"]
     assert (node["region"], node["tier"]) == ("eu", "community")
     health = (await client.get("/health")).json()

@@ -46,7 +46,7 @@ async def invoke(client: httpx.AsyncClient, tenant: TenantHandle, **change: Any)
     [
         ({"region": "eu-west"}, {"region": "us-east"}, "region"),
         ({}, {"tier": "enterprise"}, "tier"),
-        ({}, {"min_reliability": 0.5}, "min_reliability"),
+        ({"reliability": None}, {"min_reliability": 0.5}, "min_reliability"),  # never scored
         ({"reliability": {"score": 0.4}}, {"min_reliability": 0.5}, "min_reliability"),
         (
             {"price_per_gpu_hour_micro": 3_000_000},

@@ -27,6 +27,7 @@ from gpu_share.testing.factories import (
 )
 from gpu_share.testing.simulated_agent import H100, AgentFactory, SimulatedAgent, inventory
 from tests.coordinator.services.nodes.test_placement import set_node
+from tests.protocol.test_money import OFF_PATTERN
 
 H100_PATH = f"/v1/provider/prices/{quote(H100.model)}"
 GPU_RUNTIMES = [RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU]
@@ -60,8 +61,8 @@ async def test_a_price_is_set_listed_changed_and_removed_and_nodes_and_offers_fo
     tenant: TenantHandle,
     sim_agent: AgentFactory,
 ) -> None:
-    gpu = await sim_agent(gpu_node())
-    cpu = await sim_agent()
+    gpu = await sim_agent(gpu_node(), verified=True)
+    cpu = await sim_agent(verified=True)
     assert await my_prices(client, provider) == {
         "prices": [],
         "unpriced_models": [H100.model, "cpu"],
@@ -143,6 +144,10 @@ BAD_BODIES = [
     ({"price_per_gpu_hour": "2", "spot_discount_pct": 71}, "spot_discount_pct"),
     ({"price_per_gpu_hour": "2", "spot_discount_pct": 40.5}, "spot_discount_pct"),
     ({"price_per_gpu_hour": "2"}, "spot_discount_pct"),
+    *(
+        ({"price_per_gpu_hour": a, "spot_discount_pct": 40}, "price_per_gpu_hour")
+        for a in OFF_PATTERN
+    ),
 ]
 
 
@@ -239,7 +244,9 @@ async def _machine(
     agent = SimulatedAgent(
         "http://testserver",
         transport=httpx.ASGITransport(app=app),
-        node_inventory=gpu_node(region, hostname=name),
+        node_inventory=inventory(
+            runtimes=GPU_RUNTIMES, gpus=[H100], region=region, hostname=name, machine=name
+        ),
     )
     await agent.register(owner.enrollment_token)
     await set_node(app, agent, registered_at=clock.now() - timedelta(days=8), **node)

@@ -126,7 +126,7 @@ async def test_a_node_outside_its_windows_is_not_offered(
     sim_agent: AgentFactory,
     clock: FrozenClock,
 ) -> None:
-    agent = await sim_agent()
+    agent = await sim_agent(verified=True)
     await agent.heartbeat()
     headers = {"Authorization": f"Bearer {provider.key}"}
     offered = await client.get("/v1/offers", headers=tenant.headers)

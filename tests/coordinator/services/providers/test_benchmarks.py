@@ -19,7 +19,13 @@ from gpu_share.protocol import benchmarks as wire
 from gpu_share.protocol.nodes import GpuInfo, Tier
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import ADMIN, TEST_ADMIN_KEY, ProviderHandle, create_provider
-from gpu_share.testing.simulated_agent import H100, AgentFactory, SimulatedAgent, inventory
+from gpu_share.testing.simulated_agent import (
+    H100,
+    AgentFactory,
+    SimulatedAgent,
+    inventory,
+    own_gpus,
+)
 from tests.web.admin.test_pages import csrf_of, signed_in
 
 L4_CARD = GpuInfo(index=1, uuid="GPU-l4-0001", model="NVIDIA L4", vram_mb=23034)
@@ -125,8 +131,7 @@ async def test_an_h100_that_measures_like_an_l4_is_delisted_mailed_and_relisted_
 async def test_enterprise_thresholds_are_stricter_than_community(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
-    throttled = report(measured_like(H100, "h100-80gb", efficiency=0.55))
-    verdicts = {}
+    verdicts, taken = {}, set[str]()
     for tier in Tier:
         created = await client.post(
             "/v1/admin/providers",
@@ -136,10 +141,11 @@ async def test_enterprise_thresholds_are_stricter_than_community(
         agent = SimulatedAgent(
             "http://testserver",
             transport=httpx.ASGITransport(app=app),
-            node_inventory=inventory(gpus=[H100]),
+            node_inventory=own_gpus(inventory(gpus=[H100]), taken),  # a machine each
         )
         await agent.register(created.json()["enrollment_token"])
-        verdicts[tier] = await agent.client.report_benchmark(throttled)
+        throttled = measured_like(agent.inventory.gpus[0], "h100-80gb", efficiency=0.55)
+        verdicts[tier] = await agent.client.report_benchmark(report(throttled))
         await agent.aclose()
     enterprise, community = verdicts[Tier.ENTERPRISE], verdicts[Tier.COMMUNITY]
     assert community.passed is True and community.tier == "community"

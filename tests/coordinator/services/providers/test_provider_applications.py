@@ -1,12 +1,20 @@
-"""Provider applications and their review (SPEC §3.1, §3.5), every decision mailed."""
+"""Provider applications and their review (SPEC §3.1, §3.5), every decision mailed; an
+application counts once its email is confirmed by the mailed link, and applying tells no
+one whether the email applied before."""
 
 import asyncio
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from sqlalchemy import select
 
 from gpu_share.coordinator.core.ids import new_id
+from gpu_share.coordinator.core.orm import ProviderApplicationRow
+from gpu_share.coordinator.loops import housekeeping
+from gpu_share.testing.applications import CONFIRM_LINK, apply_as_provider, mailed_confirm_token
+from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import ADMIN, bearer
 from gpu_share.testing.simulated_agent import SimulatedAgent
 
@@ -49,6 +57,12 @@ async def apply(client: httpx.AsyncClient, **change: Any) -> httpx.Response:
     return await client.post("/v1/provider/applications", json={**APPLICATION, **change})
 
 
+async def confirm(client: httpx.AsyncClient, email: str = "anna@example.com") -> httpx.Response:
+    """Open the newest link mailed to `email`, as its owner would."""
+    token = await mailed_confirm_token(client, email)
+    return await client.post(f"/v1/provider/applications/confirm/{token}")
+
+
 async def outbox(client: httpx.AsyncClient) -> list[dict[str, Any]]:
     mails: list[dict[str, Any]] = (await client.get("/v1/admin/outbox", headers=ADMIN)).json()
     return mails
@@ -65,16 +79,31 @@ async def test_gpu_models_list_the_supported_cards_with_their_figures(
     assert h100["vram_gb"] == 80 and h100["memory_bandwidth_gbs"] > 3000
 
 
-async def test_apply_follow_amend_approve_and_claim(client: httpx.AsyncClient) -> None:
+async def test_apply_confirm_follow_amend_approve_and_claim(client: httpx.AsyncClient) -> None:
     submitted = await apply(client)
     assert submitted.status_code == 201, submitted.text
-    receipt = submitted.json()
+    assert submitted.json()["email"] == "anna@example.com"
+    assert "status_token" not in submitted.json()  # only the email's owner gets that
+    (confirm_mail,) = await outbox(client)
+    assert confirm_mail["subject"] == "Confirm your email to apply to provide GPUs"
+    assert "Anna" not in confirm_mail["body"]  # no words of the applicant's to a stranger
+    link = CONFIRM_LINK.search(confirm_mail["body"])
+    assert link is not None, confirm_mail["body"]
+    unconfirmed = await client.get("/v1/admin/provider-applications", headers=ADMIN)
+    assert unconfirmed.json() == []  # not an application yet
+
+    confirmed = await client.post(f"/v1/provider/applications/confirm/{link.group(1)}")
+    assert confirmed.status_code == 200, confirmed.text
+    receipt = confirmed.json()
     assert receipt["status"] == "pending" and receipt["email"] == "anna@example.com"
     token = receipt["status_token"]
     assert token.startswith("gpu_st_") and receipt["status_url"].endswith(token)
     received = await outbox(client)
-    assert [m["subject"] for m in received] == ["We received your application to provide GPUs"]
+    assert received[0]["subject"] == "We received your application to provide GPUs"
     assert receipt["status_url"] in received[0]["body"]
+    again = await client.post(f"/v1/provider/applications/confirm/{link.group(1)}")
+    assert again.json() == receipt  # the link opened twice
+    assert len(await outbox(client)) == 2  # and mailed once
 
     status = await client.get(f"/v1/provider/applications/status/{token}")
     assert status.json()["gpus"][1]["availability"]["timezone"] == "Europe/Berlin"
@@ -134,7 +163,7 @@ async def test_apply_follow_amend_approve_and_claim(client: httpx.AsyncClient) -
 
 
 async def test_enterprise_needs_a_ups(client: httpx.AsyncClient) -> None:
-    app_id = (await apply(client, ups=False)).json()["id"]
+    app_id = (await apply_as_provider(client, {**APPLICATION, "ups": False}))["id"]
     refused = await client.post(
         f"/v1/admin/provider-applications/{app_id}/approve",
         json={"tier": "enterprise"},
@@ -151,7 +180,7 @@ async def test_enterprise_needs_a_ups(client: httpx.AsyncClient) -> None:
 
 
 async def test_rejection_is_final_and_mailed_with_its_reason(client: httpx.AsyncClient) -> None:
-    receipt = (await apply(client)).json()
+    receipt = await apply_as_provider(client, APPLICATION)
     rejected = await client.post(
         f"/v1/admin/provider-applications/{receipt['id']}/reject",
         json={"reason": "We are not onboarding B200s yet"},
@@ -165,22 +194,96 @@ async def test_rejection_is_final_and_mailed_with_its_reason(client: httpx.Async
         headers=ADMIN,
     )
     assert twice.status_code == 409
-    reapply = await apply(client)  # a closed application does not block a new one
-    assert reapply.status_code == 201
+    reapply = await apply_as_provider(client, APPLICATION)  # a closed one blocks no new one
+    assert reapply["status"] == "pending"
 
 
-async def test_a_second_open_application_for_the_same_email_is_refused(
+async def test_applying_answers_the_same_whether_or_not_the_email_has_an_application(
     client: httpx.AsyncClient,
 ) -> None:
-    assert (await apply(client)).status_code == 201
-    second = await apply(client, email="ANNA@example.com ")
+    first = await apply(client)
+    await apply_as_provider(client, APPLICATION)  # now one is under review
+    again = await apply(client, email="ANNA@example.com ", full_name="Mallory")
+    assert (first.status_code, first.json()) == (again.status_code, again.json())
+    fresh = await apply(client, email="new@example.com")
+    assert fresh.status_code == 201 and fresh.json().keys() == first.json().keys()
+
+
+async def test_a_squatter_blocks_no_one_and_a_second_confirmation_hears_only_that_one_exists(
+    client: httpx.AsyncClient,
+) -> None:
+    squatted = await apply(client, full_name="Mallory", company="Squat Inc")  # never confirmed
+    assert squatted.status_code == 201
+    owner = await apply_as_provider(client, APPLICATION)  # the email's owner, unhindered
+    assert owner["status"] == "pending"
+    listed = (await client.get("/v1/admin/provider-applications", headers=ADMIN)).json()
+    assert [a["id"] for a in listed] == [owner["id"]]
+
+    await apply(client, full_name="Anna Again", company=None)
+    second = await confirm(client)
     assert second.status_code == 409
-    assert "already under review" in second.json()["error"]["message"]
+    message = second.json()["error"]["message"]
+    assert "already has an application under review" in message
+    for secret in (owner["id"], "Schmidt", "Frankfurt", owner["status_token"]):
+        assert secret not in second.text  # nothing of the other application
 
 
-async def test_concurrent_applications_for_one_email_make_one(client: httpx.AsyncClient) -> None:
-    answers = await asyncio.gather(*(apply(client) for _ in range(5)))
-    assert sorted(a.status_code for a in answers) == [201, 409, 409, 409, 409]
+async def test_concurrent_confirmations_for_one_email_make_one(
+    client: httpx.AsyncClient,
+) -> None:
+    for n in range(5):
+        assert (await apply(client, full_name=f"Anna {n}")).status_code == 201
+    mails = [m for m in await outbox(client) if m["cause"].endswith(":confirm")]
+    tokens = [link.group(1) for m in mails if (link := CONFIRM_LINK.search(m["body"]))]
+    answers = await asyncio.gather(
+        *(client.post(f"/v1/provider/applications/confirm/{token}") for token in tokens)
+    )
+    assert sorted(a.status_code for a in answers) == [200, 409, 409, 409, 409]
+
+
+async def test_unconfirmed_applications_are_not_reviewed_and_are_deleted_after_a_week(
+    app: FastAPI, client: httpx.AsyncClient, clock: FrozenClock
+) -> None:
+    await apply(client)
+    await apply(client, email="late@example.com")
+    (early,) = [m for m in await outbox(client) if m["to"] == "anna@example.com"]
+    app_id = early["cause"].removesuffix(":confirm")
+    unknown = await client.post(
+        f"/v1/admin/provider-applications/{app_id}/approve",
+        json={"tier": "community"},
+        headers=ADMIN,
+    )
+    assert unknown.status_code == 404
+    counts = await client.get("/v1/admin/provider-applications?status=pending", headers=ADMIN)
+    assert counts.json() == []
+
+    clock.advance(6 * 86_400)
+    await apply_as_provider(client, {**APPLICATION, "email": "late@example.com"})
+    clock.advance(86_400)
+    await housekeeping.run_once(app.state.replica)
+    gone = await confirm(client)
+    assert gone.status_code == 404 and "expired" in gone.json()["error"]["message"]
+    async with app.state.replica.db.read() as session:
+        assert await session.get(ProviderApplicationRow, app_id) is None
+        kept = await session.scalars(select(ProviderApplicationRow))
+        assert [row.email for row in kept] == ["late@example.com"]  # confirmed in time
+
+
+async def test_the_email_of_an_application_cannot_be_changed_by_amending_it(
+    client: httpx.AsyncClient,
+) -> None:
+    receipt = await apply_as_provider(client, APPLICATION)
+    await client.post(
+        f"/v1/admin/provider-applications/{receipt['id']}/request-info",
+        json={"message": "Which PCIe generation?"},
+        headers=ADMIN,
+    )
+    moved = await client.put(
+        f"/v1/provider/applications/status/{receipt['status_token']}",
+        json={**APPLICATION, "email": "victim@example.com"},
+    )
+    assert moved.status_code == 422
+    assert moved.json()["error"]["details"][0]["loc"] == ["email"]
 
 
 @pytest.mark.parametrize(
@@ -188,6 +291,9 @@ async def test_concurrent_applications_for_one_email_make_one(client: httpx.Asyn
     [
         ({"gpus": []}, "gpus"),
         ({"email": "not-an-email"}, "email"),
+        ({"email": "anna,eve@example.com"}, "email"),  # two addresses, to a mailer
+        ({"email": "Eve <eve@example.com>"}, "email"),
+        ({"email": "anna@exam\u0007ple.com"}, "email"),
         ({"commitment_months": 5}, "commitment_months"),
         ({"gpus": [{**APPLICATION["gpus"][0], "model": "tpu-v5"}]}, "gpus.0.model"),
         ({"gpus": [{**APPLICATION["gpus"][0], "model": "other"}]}, "gpus.0"),
@@ -231,10 +337,22 @@ async def test_invalid_applications_name_the_field(
     assert any(loc.startswith(field) for loc in locations), locations
 
 
-async def test_status_links_and_claims_cannot_be_forged(client: httpx.AsyncClient) -> None:
-    receipt = (await apply(client)).json()
+async def test_links_and_claims_cannot_be_forged(client: httpx.AsyncClient) -> None:
+    receipt = await apply_as_provider(client, APPLICATION)
     forged = receipt["status_token"][:-3] + "abc"
     assert (await client.get(f"/v1/provider/applications/status/{forged}")).status_code == 404
+    status_as_confirm = "gpu_cf_" + receipt["status_token"].removeprefix("gpu_st_")
+    confirm = await client.post(f"/v1/provider/applications/confirm/{status_as_confirm}")
+    assert confirm.status_code == 404  # sealed for another purpose
+    await apply(client, email="other@example.com")
+    token = await mailed_confirm_token(client, "other@example.com")
+    confirm_as_status = "gpu_st_" + token.removeprefix("gpu_cf_")
+    assert (
+        await client.get(f"/v1/provider/applications/status/{confirm_as_status}")
+    ).status_code == 404
+    assert (
+        await client.post(f"/v1/provider/applications/confirm/{token[:-3]}abc")
+    ).status_code == 404
     other = "gpu_st_" + new_id("papp") + ".AAAAAAAAAAAAAAAAAAAAAAAAAAA"
     assert (await client.get(f"/v1/provider/applications/status/{other}")).status_code == 404
     assert (await client.post("/v1/provider/claim/gpu_ct_" + "x" * 43)).status_code == 404

@@ -315,7 +315,12 @@ async def test_a_tenant_side_failure_changes_nothing_and_a_provider_side_one_cou
 
 
 def test_every_error_code_is_sorted_once_as_provider_side_tenant_side_or_neither() -> None:
-    assert {ErrorCode.LEASE_EXPIRED, ErrorCode.NODE_LOST, ErrorCode.AGENT_ERROR} == PROVIDER_SIDE
+    assert {
+        ErrorCode.LEASE_EXPIRED,
+        ErrorCode.NODE_LOST,
+        ErrorCode.AGENT_ERROR,
+        ErrorCode.NODE_QUARANTINED,
+    } == PROVIDER_SIDE
     assert not PROVIDER_SIDE & TENANT_SIDE
     assert set(ErrorCode) == PROVIDER_SIDE | TENANT_SIDE | NOT_JOB_OUTCOMES
     assert {ErrorCode.TIMEOUT, ErrorCode.CANCELED, ErrorCode.INVALID_MODEL} <= TENANT_SIDE
@@ -335,14 +340,12 @@ async def test_a_provider_without_nodes_has_no_score_and_the_api_shows_the_publi
 
     agent = await sim_agent()
     await agent.heartbeat()
-    unscored = (await client.get("/v1/provider/reliability", headers=headers)).json()
-    assert unscored["nodes"] == [
-        {
-            "node_id": agent.node_id,
-            "hostname": unscored["nodes"][0]["hostname"],
-            "reliability": None,
-        }
-    ]
+    started = (await client.get("/v1/provider/reliability", headers=headers)).json()
+    assert [n["node_id"] for n in started["nodes"]] == [agent.node_id]
+    first = started["nodes"][0]["reliability"]  # published at registration: where it starts
+    assert (first["score"], first["start"]) == (0.9, 0.9)  # its provider had no score yet
+    assert first["uptime_evidence"]["hours_in_windows"] == 0
+    assert started["provider"] is None  # until the loop combines its nodes
 
     await reliability_loop.run_once(app.state.replica)  # what the loop does every minute
     body = (await client.get("/v1/provider/reliability", headers=headers)).json()

@@ -45,7 +45,7 @@ async def settlement(app: FastAPI, reservation_id: str) -> list[tuple[str, dict[
 async def provider_and_commission(app: FastAPI, provider: ProviderHandle) -> tuple[int, int]:
     async with app.state.replica.db.read() as session:
         return (
-            await ledger.balance(session, ledger.provider_pending(provider.id)),
+            await ledger.balance(session, ledger.provider_held(provider.id)),
             await ledger.balance(session, ledger.COMMISSION),
         )
 

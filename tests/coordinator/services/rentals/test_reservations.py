@@ -69,14 +69,14 @@ async def test_quote_is_the_price_reserve_holds_it_and_the_end_charges_it(
     assert (got.json()["cost"], got.json()["credited"]) == ("12", "0")  # there throughout
     assert await rentals.balances(tenant) == (8_000_000, 0)
     async with app.state.replica.db.read() as session:
-        pending = await ledger.balance(session, ledger.provider_pending(provider.id))
+        held = await ledger.balance(session, ledger.provider_held(provider.id))
         commission = await ledger.balance(session, ledger.COMMISSION)
         charges = await session.scalar(
             select(func.count()).where(
                 LedgerTransactionRow.cause == f"reservation:{made['id']}:settle"
             )
         )
-    assert pending + commission == 12_000_000 and commission == 1_800_000
+    assert held + commission == 12_000_000 and commission == 1_800_000
     assert charges == 1
     usage = await client.get("/v1/billing/usage.csv", headers=tenant.headers)
     assert "reservation" in usage.text

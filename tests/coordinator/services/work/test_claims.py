@@ -65,7 +65,8 @@ async def test_a_node_only_leases_jobs_it_can_serve(
 ) -> None:
     cpu = await sim_agent(inventory(runtimes=[RuntimeName.ONNX_CPU]))
     gpu = await sim_agent(
-        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100])
+        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100]),
+        verified=True,
     )
     cuda_job = await submit(client, tenant, {**HELLO_WORLD, "gpu_model": "H100"})
     assert await cpu.lease() == []
@@ -95,7 +96,8 @@ async def test_gpu_jobs_are_not_leased_into_memory_sessions_hold(
     from gpu_share.coordinator.core.orm import SessionRow
 
     gpu = await sim_agent(
-        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100], slots=2)
+        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100], slots=2),
+        verified=True,
     )
     async with app.state.replica.db.write() as session:
         session.add(
@@ -213,7 +215,8 @@ async def test_a_job_a_better_node_left_goes_to_anyone_after_the_grace(
     sim_agent: AgentFactory,
     clock: FrozenClock,
 ) -> None:
-    good, plain = await sim_agent(), await sim_agent()
+    # The Enterprise bonus ranks it above: it counts for proven hardware only.
+    good, plain = await sim_agent(verified=True), await sim_agent(verified=True)
     await set_node(
         app,
         good,

@@ -29,10 +29,17 @@ TWO_PAIRS = GpuTopology(
 
 
 async def gpu_node(
-    sim_agent: AgentFactory, count: int, *, slots: int = 4, topology: GpuTopology | None = None
+    sim_agent: AgentFactory,
+    count: int,
+    *,
+    slots: int = 4,
+    topology: GpuTopology | None = None,
+    verified: bool = True,
 ) -> SimulatedAgent:
+    """`count` H100s, proven by their challenges unless `verified` is false."""
     return await sim_agent(
-        inventory(runtimes=GPU_RUNTIMES, gpus=[H100] * count, slots=slots, gpu_topology=topology)
+        inventory(runtimes=GPU_RUNTIMES, gpus=[H100] * count, slots=slots, gpu_topology=topology),
+        verified=verified,
     )
 
 

@@ -393,7 +393,9 @@ async def test_log_size_is_capped_per_invoke(
 async def test_constraints_limit_which_nodes_count_as_capacity(
     client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
 ) -> None:
-    await sim_agent(inventory(runtimes=[RuntimeName.ONNX_CUDA], gpus=[H100], region="eu-west"))
+    await sim_agent(
+        inventory(runtimes=[RuntimeName.ONNX_CUDA], gpus=[H100], region="eu-west"), verified=True
+    )
     base = {**HELLO_WORLD}
     assert (
         await invoke(client, tenant, {**base, "gpu_model": "H100", "min_vram_gb": 80})

@@ -295,7 +295,8 @@ async def test_next_is_offered_only_the_gpus_the_report_names(
     client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
 ) -> None:
     gpu = await sim_agent(
-        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100] * 2, slots=2)
+        inventory(runtimes=[RuntimeName.ONNX_CUDA, RuntimeName.ONNX_CPU], gpus=[H100] * 2, slots=2),
+        verified=True,
     )
     first = await submit(client, tenant, {**HELLO_WORLD, "gpu_model": "H100"})
     (job,) = await gpu.lease(slots=1, free_gpus=2, free_gpu_indices=[0, 1], start=True)

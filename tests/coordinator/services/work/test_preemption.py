@@ -10,10 +10,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from gpu_share.agent.client import StaleLease
+from gpu_share.agent.client import CoordinatorError, StaleLease
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.loops import lease_expiry
 from gpu_share.coordinator.loops import preemption as preemption_loop
+from gpu_share.coordinator.services.work import preemption
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.agent import LeaseVerdict
 from gpu_share.protocol.nodes import GpuInfo
@@ -36,6 +37,7 @@ from tests.coordinator.services.money.test_billing import (
     set_price,
     top_up,
 )
+from tests.coordinator.services.work.test_checkpoints import catboost_snapshot
 
 CPU_HELLO = {**HELLO_WORLD, "runtime": "onnx_cpu"}
 SPOT = {**CPU_HELLO, "priority": "spot"}
@@ -58,6 +60,11 @@ async def logs_of(client: httpx.AsyncClient, tenant: TenantHandle, invoke_id: st
 
 async def preempt(app: FastAPI) -> list[str]:
     return await preemption_loop.run_once(app.state.replica)
+
+
+def waited(app: FastAPI, seconds: float = preemption.GRACE_SEC) -> None:
+    """Let the queued on-demand work wait: it asks for a preemption only after the grace."""
+    app.state.replica.clock.advance(seconds)
 
 
 async def running_spot(
@@ -83,6 +90,7 @@ async def test_on_demand_work_preempts_the_spot_job_on_the_only_node(
     urgent = await submit(client, tenant, CPU_HELLO)
     assert await agent.lease() == []  # its one slot is taken
 
+    waited(app)  # the on-demand work has queued for the grace
     assert await preempt(app) == [spot.invoke_id]
     assert await preempt(app) == []  # asked once: its slot already counts as freed
     ack = await agent.heartbeat([spot])
@@ -130,6 +138,7 @@ async def test_no_preemption_while_another_node_has_room(
     await idle.heartbeat()
     await running_spot(client, tenant, busy)
     await submit(client, tenant, CPU_HELLO)
+    waited(app)  # the on-demand work has queued for the grace
     assert await preempt(app) == []
 
 
@@ -142,6 +151,7 @@ async def test_on_demand_work_no_preemption_would_help_preempts_nothing(
     await submit(client, tenant, {**CPU_HELLO, "region": "us"})
     (held,) = await us.lease()  # an on-demand job holds the only node that serves it
     await submit(client, tenant, {**CPU_HELLO, "region": "us"})
+    waited(app)  # the on-demand work has queued for the grace
     assert await preempt(app) == []  # the eu spot job's slot would not help
     del held
 
@@ -159,6 +169,7 @@ async def test_the_most_recently_started_spot_job_is_the_one_preempted(
     newer = await running_spot(client, tenant, agent)
     await agent.heartbeat([older, newer])
     await submit(client, tenant, CPU_HELLO)
+    waited(app)  # the on-demand work has queued for the grace
     assert await preempt(app) == [newer.invoke_id]  # one is enough, never both
     ack = await agent.heartbeat([older, newer])
     verdicts = {status.invoke_id: status.verdict for status in ack.leases}
@@ -197,6 +208,7 @@ async def test_one_spot_job_that_frees_enough_gpus_alone_is_preferred(
     narrow = await running_gpu_spot(client, tenant, agent, 1)  # the most recent, too small
     await agent.heartbeat([wide, narrow])
     await submit(client, tenant, {**HELLO_WORLD, "gpus": 2})
+    waited(app)  # the on-demand work has queued for the grace
     assert await preempt(app) == [wide.invoke_id]
 
 
@@ -214,6 +226,7 @@ async def test_when_no_single_spot_job_frees_enough_gpus_the_newest_go_first(
         clock.advance(5)
     await agent.heartbeat(jobs)
     await submit(client, tenant, {**HELLO_WORLD, "gpus": 2})
+    waited(app)  # the on-demand work has queued for the grace
     assert sorted(await preempt(app)) == sorted(j.invoke_id for j in jobs[1:])
     assert await preempt(app) == []  # the oldest keeps running: two GPUs are enough
 
@@ -227,6 +240,7 @@ async def test_a_job_that_finished_just_before_the_preemption_keeps_its_result(
     agent = await sim_agent()
     spot = await running_spot(client, tenant, agent)
     await submit(client, tenant, CPU_HELLO)
+    waited(app)  # the on-demand work has queued for the grace
     assert await preempt(app) == [spot.invoke_id]
     await agent.client.report(spot.invoke_id, done_report(spot), retry_for=0)  # the result wins
     with pytest.raises(StaleLease):
@@ -250,6 +264,7 @@ async def test_a_node_lost_during_its_preemption_is_requeued_once(
     (held,) = await healthy.lease()  # the healthy node is busy with the on-demand job
     assert held.invoke_id == urgent
     await submit(client, tenant, CPU_HELLO)
+    waited(app)  # the on-demand work has queued for the grace
     assert await preempt(app) == [spot.invoke_id]
     ack = await lost.heartbeat([spot])  # it hears PREEMPT; its lease is not extended
     assert ack.leases[0].verdict is LeaseVerdict.PREEMPT
@@ -277,6 +292,7 @@ async def test_preempt_for_a_lease_the_node_no_longer_holds_is_refused(
     with pytest.raises(StaleLease):  # never asked to stop
         await agent.client.report_preempted(spot.invoke_id, spot.lease_token, retry_for=0)
     await submit(client, tenant, CPU_HELLO)
+    waited(app)  # the on-demand work has queued for the grace
     assert await preempt(app) == [spot.invoke_id]
     stale = spot.model_copy(update={"lease_token": "0" * 32})
     assert (await agent.heartbeat([stale])).leases[0].verdict is LeaseVerdict.DROP
@@ -299,6 +315,7 @@ async def test_preemptions_never_count_against_max_attempts(
         (job,) = await agent.lease()
         await agent.client.start(job.invoke_id, job.lease_token)
         urgent = await submit(client, tenant, CPU_HELLO)
+        waited(app)  # the on-demand work has queued for the grace
         assert await preempt(app) == [spot_id]
         await agent.client.report_preempted(job.invoke_id, job.lease_token, retry_for=0)
         (taken,) = await agent.lease()
@@ -349,10 +366,11 @@ async def test_a_preempted_attempt_is_charged_up_to_its_last_checkpoint_once(
     (job,) = await agent.lease()
     await agent.client.start(job.invoke_id, job.lease_token)
     clock.advance(100)
-    await save_checkpoint(agent, job, tmp_path, b"after 100 s")
+    await save_checkpoint(agent, job, tmp_path, catboost_snapshot(b"after 100 s" * 2))
     clock.advance(20)  # work after the checkpoint: lost to the preemption, never charged
     await agent.heartbeat([job])
     urgent = await submit(client, tenant, TRAIN)
+    waited(app)  # the on-demand work has queued for the grace
     assert await preempt(app) == [spot_id]
     await agent.client.report_preempted(job.invoke_id, job.lease_token, retry_for=0)
     kept = SPOT_RATE * 100_000 // 3_600_000  # 34722
@@ -405,6 +423,7 @@ async def test_a_preempted_attempt_without_a_checkpoint_costs_nothing(
     (held,) = await healthy.lease()
     assert held.invoke_id == urgent
     await submit(client, tenant, CPU_HELLO)
+    waited(app)  # the on-demand work has queued for the grace
     assert await preempt(app) == [spot.invoke_id]
     clock.advance(settings.lease_ttl_sec + 1)  # lost during the preemption
     await healthy.heartbeat([held])
@@ -421,4 +440,145 @@ async def test_a_preempted_attempt_without_a_checkpoint_costs_nothing(
     state = await state_of(client, tenant, spot.invoke_id)
     assert (state["status"], state["preemptions"], state["cost"]) == ("done", 1, "0.0125")
     assert await postings(app, f"invoke:{spot.invoke_id}:attempt:1:preempted") == 0
+    await assert_books_balance(app)
+
+
+# Preemption is no weapon (docs/placement.md, "Spot"): asked only for work that waited,
+# withdrawn when that work no longer needs it, and never paid for with junk
+
+
+async def verdict_of(agent: SimulatedAgent, job: wire.LeasedJob) -> LeaseVerdict:
+    return (await agent.heartbeat([job])).leases[0].verdict
+
+
+async def test_on_demand_work_canceled_before_its_grace_is_out_stops_nothing(
+    app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    agent = await sim_agent()
+    spot = await running_spot(client, tenant, agent)
+    urgent = await submit(client, tenant, CPU_HELLO)
+    assert await preempt(app) == []  # just submitted: it has not waited yet
+    waited(app, preemption.GRACE_SEC - 1)
+    assert await preempt(app) == []
+    canceled = await client.post(f"/v1/gpu/invokes/{urgent}/cancel", headers=tenant.headers)
+    assert canceled.json()["status"] == "canceled"
+    waited(app)
+    assert await preempt(app) == []
+    assert await verdict_of(agent, spot) is LeaseVerdict.KEEP
+    await agent.client.report(spot.invoke_id, done_report(spot), retry_for=0)
+    state = await state_of(client, tenant, spot.invoke_id)
+    assert (state["status"], state["preemptions"]) == ("done", 0)
+
+
+async def test_a_canceled_preemptor_leaves_the_spot_job_running(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    sim_agent: AgentFactory,
+) -> None:
+    agent = await sim_agent()
+    spot = await running_spot(client, other_tenant, agent)
+    urgent = await submit(client, tenant, CPU_HELLO)
+    waited(app)
+    assert await preempt(app) == [spot.invoke_id]
+    placed = await state_of(client, tenant, urgent)
+    assert (placed["status"], placed["node_id"]) == ("queued", agent.node_id)
+    await client.post(f"/v1/gpu/invokes/{urgent}/cancel", headers=tenant.headers)
+    assert await verdict_of(agent, spot) is LeaseVerdict.KEEP  # withdrawn with the cancel
+    assert await preempt(app) == []
+    await agent.client.report(spot.invoke_id, done_report(spot), retry_for=0)
+    state = await state_of(client, other_tenant, spot.invoke_id)
+    assert (state["status"], state["preemptions"], state["attempts"]) == ("done", 0, 1)
+    assert "preemption withdrawn" in await logs_of(client, other_tenant, spot.invoke_id)
+
+
+async def test_a_preemption_is_withdrawn_when_its_work_runs_elsewhere_first(
+    app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    spotted, busy = await sim_agent(), await sim_agent()
+    spot = await running_spot(client, tenant, spotted)
+    first = await submit(client, tenant, CPU_HELLO)
+    (held,) = await busy.lease()
+    assert held.invoke_id == first
+    urgent = await submit(client, tenant, CPU_HELLO)
+    waited(app)
+    await busy.heartbeat([held])
+    assert await preempt(app) == [spot.invoke_id]
+    await busy.complete(held)  # ... and the busy node frees up before the spot job stops
+    (taken,) = await busy.lease()
+    assert taken.invoke_id == urgent
+    assert await preempt(app) == []
+    assert await verdict_of(spotted, spot) is LeaseVerdict.KEEP
+    assert (await state_of(client, tenant, spot.invoke_id))["status"] == "running"
+
+
+async def test_a_tenant_that_cancels_work_placed_for_a_preemption_asks_none_for_a_while(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    sim_agent: AgentFactory,
+) -> None:
+    """Submit, wait the grace, cancel once the spot job is asked to stop, again and again:
+    the second time preempts nothing, while another tenant's work still may."""
+    agent = await sim_agent()
+    spot = await running_spot(client, other_tenant, agent)
+    bait = await submit(client, tenant, CPU_HELLO)
+    waited(app)
+    assert await preempt(app) == [spot.invoke_id]
+    await client.post(f"/v1/gpu/invokes/{bait}/cancel", headers=tenant.headers)
+    again = await submit(client, tenant, CPU_HELLO)
+    waited(app)
+    await agent.heartbeat([spot])
+    assert await preempt(app) == []
+    assert await verdict_of(agent, spot) is LeaseVerdict.KEEP
+    waited(app, preemption.COOLDOWN_SEC - 2 * preemption.GRACE_SEC)
+    await agent.heartbeat([spot])
+    assert await preempt(app) == []  # still cooling down
+    waited(app, preemption.GRACE_SEC + 1)
+    await agent.heartbeat([spot])
+    assert await preempt(app) == [spot.invoke_id]  # the cooldown is over
+    assert (await state_of(client, tenant, again))["node_id"] == agent.node_id
+
+
+async def test_a_junk_checkpoint_is_refused_and_leaves_the_preempted_attempt_free(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    provider: ProviderHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+    tmp_path: Path,
+) -> None:
+    """A node cannot bill a preempted tenant for progress with 150 bytes that resume
+    nothing, for a training or (keeping no checkpoints) an inference."""
+    agent = await sim_agent(inventory(runtimes=[RuntimeName.CATBOOST_CPU, RuntimeName.ONNX_CPU]))
+    await set_price(app, agent, provider, RATE)
+    await top_up(client, tenant, "1")
+    for body in ({**TRAIN, "priority": "spot"}, SPOT):
+        spot_id = await submit(client, tenant, body)
+        (job,) = await agent.lease()
+        await agent.client.start(job.invoke_id, job.lease_token)
+        clock.advance(100)
+        # Junk; and for the inference, even what a training would have written.
+        refused_ones = [b"\0" * 150] + ([catboost_snapshot()] if body is SPOT else [])
+        for data in refused_ones:
+            with pytest.raises(CoordinatorError) as refused:
+                await save_checkpoint(agent, job, tmp_path, data)
+            assert refused.value.code == "VALIDATION_ERROR"
+        clock.advance(20)
+        await agent.heartbeat([job])
+        urgent = await submit(client, tenant, CPU_HELLO)
+        waited(app)
+        await agent.heartbeat([job])
+        assert await preempt(app) == [spot_id]
+        await agent.client.report_preempted(job.invoke_id, job.lease_token, retry_for=0)
+        assert await postings(app, f"invoke:{spot_id}:attempt:1:preempted") == 0
+        (taken,) = await agent.lease()
+        assert taken.invoke_id == urgent
+        await agent.complete(taken)
+        (again,) = await agent.lease()
+        assert again.invoke_id == spot_id and again.checkpoint is None
+        await agent.complete(again)
     await assert_books_balance(app)

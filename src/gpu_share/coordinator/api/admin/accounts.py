@@ -6,8 +6,8 @@ from gpu_share.coordinator.api.auth import AdminPrincipal
 from gpu_share.coordinator.api.paths import KeyId, TenantApplicationId, TenantId
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.http.replica import ReplicaDep
-from gpu_share.coordinator.services.accounts import accounts
-from gpu_share.coordinator.services.providers import providers
+from gpu_share.coordinator.services.accounts import accounts, tenant_applications
+from gpu_share.coordinator.services.providers import enrollment_tokens, providers
 from gpu_share.protocol import accounts as wire
 from gpu_share.protocol.providers import Provider, ProviderCreate, ProviderWithCredentials
 
@@ -75,8 +75,9 @@ async def revoke_key(key_id: KeyId, admin: AdminPrincipal, replica: ReplicaDep) 
 async def list_tenant_applications(
     _admin: AdminPrincipal, replica: ReplicaDep, status: wire.ApplicationStatus | None = None
 ) -> list[wire.TenantApplication]:
+    """The applications whose email is confirmed (the others are nobody's yet)."""
     async with replica.db.read() as session:
-        return await accounts.list_tenant_applications(session, status)
+        return await tenant_applications.list_applications(session, status)
 
 
 @router.post(
@@ -90,9 +91,7 @@ async def approve_tenant_application(
 ) -> wire.TenantWithKey:
     """Create the tenant; its first key is in this answer only."""
     async with replica.db.write() as session:
-        return await accounts.approve_tenant_application(
-            session, application_id, replica.clock.now()
-        )
+        return await tenant_applications.approve(session, application_id, replica.clock.now())
 
 
 @router.post(
@@ -107,7 +106,7 @@ async def reject_tenant_application(
     replica: ReplicaDep,
 ) -> wire.TenantApplication:
     async with replica.db.write() as session:
-        return await accounts.reject_tenant_application(
+        return await tenant_applications.reject(
             session, application_id, body.reason, replica.clock.now()
         )
 
@@ -123,7 +122,12 @@ async def create_provider(
 ) -> ProviderWithCredentials:
     """A provider with its key and an agent enrollment token (both shown once)."""
     async with replica.db.write() as session:
-        return await providers.create_provider(session, body, replica.clock.now())
+        return await providers.create_provider(
+            session,
+            body,
+            replica.clock.now(),
+            token_lifetime=enrollment_tokens.lifetime(replica.settings.enrollment_token_days),
+        )
 
 
 @router.get("/providers", response_model=list[Provider], responses=errors(*AUTH))

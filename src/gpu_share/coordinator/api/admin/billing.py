@@ -33,13 +33,13 @@ async def top_up(
         str | None,
         Header(
             max_length=120,
-            description="A top-up is made once per key (else once per reference): a retry "
-            "answers the first one and credits nothing",
+            description="Not needed: a top-up is made once per `reference`, whatever key "
+            "comes with it. Accepted for clients that send one to every POST",
         ),
     ] = None,
 ) -> JSONResponse:
-    """Credit a tenant's prepaid balance with a payment received (201); a replay of the
-    same key or reference answers 200 and credits nothing."""
+    """Credit a tenant's prepaid balance with a payment received (201). The same
+    `reference` again answers 200 and credits nothing; with another amount it is 409."""
     async with replica.db.write() as session:
         made = await tenant_billing.top_up(
             session,

@@ -3,14 +3,14 @@
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 
 from gpu_share.coordinator.api.auth import AdminPrincipal
 from gpu_share.coordinator.api.provider.payouts import csv_response
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.core.ids import id_pattern
-from gpu_share.coordinator.http.replica import ReplicaDep, base_url
+from gpu_share.coordinator.http.replica import ReplicaDep
 from gpu_share.coordinator.services.money import payout_batches, payouts
 from gpu_share.protocol.payouts import (
     ManualPayout,
@@ -76,7 +76,6 @@ async def export_payout_batch(
 async def mark_payout_paid(
     payout_id: PayoutId,
     body: MarkPaid,
-    request: Request,
     _admin: AdminPrincipal,
     replica: ReplicaDep,
 ) -> Payout:
@@ -84,7 +83,7 @@ async def mark_payout_paid(
     payout is in transit."""
     async with replica.db.write() as session:
         return await payouts.mark_paid(
-            session, payout_id, body.reference, replica.clock.now(), base_url(replica, request)
+            session, payout_id, body.reference, replica.clock.now(), replica.settings.mail_base_url
         )
 
 
@@ -94,7 +93,6 @@ async def mark_payout_paid(
 async def mark_payout_failed(
     payout_id: PayoutId,
     body: MarkFailed,
-    request: Request,
     _admin: AdminPrincipal,
     replica: ReplicaDep,
 ) -> Payout:
@@ -102,7 +100,7 @@ async def mark_payout_failed(
     mailed the reason. 409 unless the payout is in transit."""
     async with replica.db.write() as session:
         return await payouts.mark_failed(
-            session, payout_id, body.reason, replica.clock.now(), base_url(replica, request)
+            session, payout_id, body.reason, replica.clock.now(), replica.settings.mail_base_url
         )
 
 
@@ -115,7 +113,6 @@ async def mark_payout_failed(
 async def pay_out_now(
     provider_id: ProviderId,
     body: ManualPayout,
-    request: Request,
     _admin: AdminPrincipal,
     replica: ReplicaDep,
 ) -> Payout:
@@ -123,5 +120,5 @@ async def pay_out_now(
     provider's pending balance, 409 when they have no payout method; nothing changes."""
     async with replica.db.write() as session:
         return await payouts.pay_out_now(
-            session, provider_id, body.amount, replica.clock.now(), base_url(replica, request)
+            session, provider_id, body.amount, replica.clock.now(), replica.settings.mail_base_url
         )

@@ -3,19 +3,20 @@ run (SPEC §3.3), and reading the outbox."""
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query
 
 from gpu_share.coordinator.api.auth import AdminPrincipal
 from gpu_share.coordinator.api.paths import NodeId
 from gpu_share.coordinator.api.responses import AUTH, errors
+from gpu_share.coordinator.core.errors import field_error
 from gpu_share.coordinator.core.ids import id_pattern
-from gpu_share.coordinator.http.replica import ReplicaDep, base_url
+from gpu_share.coordinator.http.replica import ReplicaDep
 from gpu_share.coordinator.services.mail import outbox
 from gpu_share.coordinator.services.providers import benchmarks, provider_applications
 from gpu_share.protocol import benchmarks as benchmarks_wire
 from gpu_share.protocol import provider_applications as wire
 from gpu_share.protocol.accounts import Rejection
-from gpu_share.protocol.outbox import OutboxMail
+from gpu_share.protocol.outbox import OutboxMail, OutboxState
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -55,14 +56,13 @@ async def get_provider_application(
 async def approve_provider_application(
     application_id: ApplicationId,
     body: wire.Approval,
-    request: Request,
     _admin: AdminPrincipal,
     replica: ReplicaDep,
 ) -> wire.Approved:
     """Create the provider; the applicant is mailed a one-time link to their key and token."""
     async with replica.db.write() as session:
         return await provider_applications.approve(
-            session, application_id, body.tier, replica.clock.now(), base_url(replica, request)
+            session, application_id, body.tier, replica.clock.now(), replica.settings.mail_base_url
         )
 
 
@@ -88,7 +88,6 @@ async def reject_provider_application(
 async def request_information(
     application_id: ApplicationId,
     body: wire.InfoRequest,
-    request: Request,
     _admin: AdminPrincipal,
     replica: ReplicaDep,
 ) -> wire.ProviderApplication:
@@ -99,7 +98,7 @@ async def request_information(
             application_id,
             body.message,
             replica.clock.now(),
-            base_url(replica, request),
+            replica.settings.mail_base_url,
             replica.signer,
         )
 
@@ -108,12 +107,19 @@ async def request_information(
 async def list_outbox(
     _admin: AdminPrincipal,
     replica: ReplicaDep,
-    unsent: bool = False,
+    unsent: Annotated[bool, Query(description="Only the mails still waiting to go")] = False,
+    failed: Annotated[
+        bool, Query(description="Only the mails given up, each with its last_error")
+    ] = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> list[OutboxMail]:
-    """Mail the platform sent or will send; with no SMTP configured, all of it waits here."""
+    """Mail the platform sent or will send; with no SMTP configured, all of it waits here.
+    A mail that could not be built or sent for good is failed, with its reason."""
+    if unsent and failed:
+        raise field_error("failed", "ask for the waiting mails or the failed ones, not both")
+    state = OutboxState.WAITING if unsent else OutboxState.FAILED if failed else None
     async with replica.db.read() as session:
-        return await outbox.list_mails(session, unsent_only=unsent, limit=limit)
+        return await outbox.list_mails(session, state=state, limit=limit)
 
 
 @router.post(

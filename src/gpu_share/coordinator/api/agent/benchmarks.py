@@ -13,7 +13,7 @@ from gpu_share.coordinator.api.auth import (
 )
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.core.errors import PayloadTooLarge
-from gpu_share.coordinator.http.replica import ReplicaDep, base_url
+from gpu_share.coordinator.http.replica import ReplicaDep
 from gpu_share.coordinator.services.providers import benchmarks
 from gpu_share.protocol import benchmarks as wire
 
@@ -29,13 +29,13 @@ ZEROS = bytes(1 << 20)
     responses=errors(*AUTH, 422),
 )
 async def report(
-    body: wire.BenchmarkReport, request: Request, caller: NodePrincipal, replica: ReplicaDep
+    body: wire.BenchmarkReport, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.BenchmarkRun:
     """A run of the node's suite: scored against its GPUs' reference figures; a GPU below
     its tier's thresholds is delisted (and its provider mailed) until a run passes."""
     async with replica.db.write() as session:
         return await benchmarks.record(
-            session, caller.node_id, body, replica.clock.now(), base_url(replica, request)
+            session, caller.node_id, body, replica.clock.now(), replica.settings.mail_base_url
         )
 
 

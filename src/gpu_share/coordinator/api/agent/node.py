@@ -4,7 +4,7 @@ import asyncio
 from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Depends, Header, Request
 
 from gpu_share.coordinator.api.auth import NodePrincipal
 from gpu_share.coordinator.api.deps import lease_context
@@ -15,7 +15,8 @@ from gpu_share.coordinator.http.replica import ReplicaDep, base_url
 from gpu_share.coordinator.replica.notify import Channel
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.nodes import nodes
-from gpu_share.coordinator.services.providers import providers
+from gpu_share.coordinator.services.providers import enrollment
+from gpu_share.coordinator.services.trust import challenges
 from gpu_share.coordinator.services.work import claims, job_files, leases, preemption
 from gpu_share.coordinator.services.work.invoke_state import Lease
 from gpu_share.protocol import agent as wire
@@ -23,6 +24,8 @@ from gpu_share.protocol.artifacts import ArtifactKind
 from gpu_share.protocol.common import Sha256Hex
 
 router = APIRouter(prefix="/v1/agent", tags=["agent"])
+# A dependency, so a request without the token is refused before its body is validated.
+EnrollmentToken = Annotated[str, Depends(bearer_key)]
 
 
 def _ack(replica: Replica, node_id: str) -> wire.InventoryAck:
@@ -37,19 +40,26 @@ def _ack(replica: Replica, node_id: str) -> wire.InventoryAck:
     "/register",
     status_code=201,
     response_model=wire.RegistrationResult,
-    responses=errors(401, 422),
+    responses=errors(401, 403, 422),
 )
 async def register(
-    body: wire.Registration, request: Request, replica: ReplicaDep
+    body: wire.Registration, token: EnrollmentToken, replica: ReplicaDep
 ) -> wire.RegistrationResult:
-    """Register a node with the provider's enrollment token (Bearer gpu_et_…)."""
-    token = bearer_key(request)
+    """Register a machine with the provider's enrollment token (Bearer gpu_et_…).
+
+    A machine the provider registered before (the same fingerprint or a GPU UUID) gets its
+    node back, with its record; the keys issued for it before are revoked. 401: the token
+    is unknown, expired or revoked; 403: the hardware belongs to a quarantined node, or to
+    another provider's node (`error.details.reason` says which)."""
     async with replica.db.write() as session:
-        provider = await providers.provider_for_enrollment(session, token)
-        node, node_key = await nodes.register(
-            session, provider, body.inventory, replica.clock.now()
-        )
-    return wire.RegistrationResult(node_key=node_key, **_ack(replica, node.id).model_dump())
+        enrolled = await enrollment.enroll(session, token, body.inventory, replica.clock.now())
+    if enrolled.returning:
+        replica.key_cache.clear()  # the node's old keys stop here at once, elsewhere within seconds
+    return wire.RegistrationResult(
+        node_key=enrolled.node_key,
+        returning=enrolled.returning,
+        **_ack(replica, enrolled.node_id).model_dump(),
+    )
 
 
 @router.put("/inventory", response_model=wire.InventoryAck, responses=errors(*AUTH, 422))
@@ -68,9 +78,11 @@ async def heartbeat(
     body: wire.Heartbeat, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.HeartbeatAck:
     async with replica.db.write() as session:
-        return await leases.heartbeat(
+        ack = await leases.heartbeat(
             session, caller.node_id, body, replica.clock.now(), replica.settings
         )
+        ack.challenge = await challenges.waiting(session, caller.node_id)
+        return ack
 
 
 @router.post("/lease", response_model=wire.LeaseResponse, responses=errors(*AUTH, 422))
@@ -197,9 +209,7 @@ async def store_checkpoint(
     return wire.CheckpointStored(artifact_id=stored.id, size=stored.size)
 
 
-@router.post(
-    "/invokes/{invoke_id}/preempted", status_code=204, responses=errors(*AUTH, 404, 409, 422)
-)
+@router.post("/invokes/{invoke_id}/preempted", status_code=204, responses=errors(*AUTH, 409, 422))
 async def report_preempted(
     invoke_id: InvokeId, body: wire.PreemptedReport, caller: NodePrincipal, replica: ReplicaDep
 ) -> None:
@@ -217,7 +227,7 @@ async def report_preempted(
 @router.post(
     "/invokes/{invoke_id}/result",
     response_model=wire.LeaseResponse,
-    responses=errors(*AUTH, 404, 409, 422),
+    responses=errors(*AUTH, 409, 422),
 )
 async def report_result(
     invoke_id: InvokeId,

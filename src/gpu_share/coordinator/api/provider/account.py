@@ -1,5 +1,5 @@
-"""A provider's own view (Bearer gpu_pk_…): their account, their machines and the machines'
-benchmark runs."""
+"""A provider's own view (Bearer gpu_pk_…): their account, their machines, the machines'
+benchmark runs, and their hardware declared against proven."""
 
 from datetime import timedelta
 from typing import Annotated
@@ -11,8 +11,9 @@ from gpu_share.coordinator.api.paths import NodeId
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.http.replica import ReplicaDep
 from gpu_share.coordinator.services.nodes import nodes
-from gpu_share.coordinator.services.providers import benchmarks, providers
+from gpu_share.coordinator.services.providers import benchmarks, declared_hardware, providers
 from gpu_share.protocol import benchmarks as wire
+from gpu_share.protocol.hardware import ProviderHardware
 from gpu_share.protocol.providers import Provider, ProviderNode
 
 router = APIRouter(prefix="/v1/provider", tags=["provider"])
@@ -22,6 +23,14 @@ router = APIRouter(prefix="/v1/provider", tags=["provider"])
 async def me(provider: ProviderPrincipal, replica: ReplicaDep) -> Provider:
     async with replica.db.read() as session:
         return await providers.get(session, provider.provider_id)
+
+
+@router.get("/hardware", response_model=ProviderHardware, responses=errors(*AUTH))
+async def my_hardware(provider: ProviderPrincipal, replica: ReplicaDep) -> ProviderHardware:
+    """What your approved application declared (GPUs per model) against what your machines
+    proved in hardware challenges, and each difference in a line (docs/trust.md)."""
+    async with replica.db.read() as session:
+        return await declared_hardware.of_provider(session, provider.provider_id)
 
 
 @router.get("/nodes", response_model=list[ProviderNode], responses=errors(*AUTH, 422))

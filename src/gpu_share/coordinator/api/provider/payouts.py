@@ -10,6 +10,7 @@ from gpu_share.coordinator.api.auth import ProviderPrincipal
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.http.replica import ReplicaDep
 from gpu_share.coordinator.services.money import earnings, payouts
+from gpu_share.coordinator.services.money.earnings_hold import HoldPolicy
 from gpu_share.protocol.payouts import Earnings, Payout, PayoutSettings, PayoutSettingsUpdate
 
 router = APIRouter(prefix="/v1/provider", tags=["provider"])
@@ -50,10 +51,16 @@ async def get_earnings(
     provider: ProviderPrincipal, replica: ReplicaDep, since: Since = None, until: Until = None
 ) -> Earnings:
     """This week and month, per GPU and per GPU model, by day and charge by charge over
-    `since`…`until` (at most 366 days), with the pending balance."""
+    `since`…`until` (at most 366 days), with the pending balance: what is still held (and
+    on which days it becomes payable) and what is payable, the only money payouts pay."""
     async with replica.db.read() as session:
         return await earnings.earnings(
-            session, provider.provider_id, replica.clock.now(), since, until
+            session,
+            provider.provider_id,
+            replica.clock.now(),
+            since,
+            until,
+            hold=HoldPolicy.of(replica.settings),
         )
 
 

@@ -2,9 +2,11 @@
 wheel it installs, both without a key.
 
 `curl -fsSL https://HOST/agent/install.sh | sudo bash -s -- --token gpu_et_…` needs nothing
-else: the script arrives with this coordinator's URL and the wheel's name filled in. The
-wheel is this coordinator's own package, zipped from the files it runs, so a coordinator
-without PyPI still hands out the agent; the provider's pip fetches only its dependencies.
+else: the script arrives with this coordinator's public URL and the wheel's name filled
+in. The URL is the configured one only, never the request's `Host`, which whoever sends
+the request chooses. The wheel is this coordinator's own package, zipped from the files
+it runs, so a coordinator without PyPI still hands out the agent; the provider's pip
+fetches only its dependencies.
 """
 
 import asyncio
@@ -19,14 +21,14 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import FileResponse, Response
 
 import gpu_share
 from gpu_share._version import __version__
 from gpu_share.coordinator.api.responses import errors
 from gpu_share.coordinator.core.errors import NotFound
-from gpu_share.coordinator.http.replica import ReplicaDep, base_url
+from gpu_share.coordinator.http.replica import ReplicaDep, public_url
 
 router = APIRouter(tags=["agent installation"])
 
@@ -44,12 +46,14 @@ WHEEL_LINE = "\nWHEEL_NAME=@GPU_SHARE_WHEEL@\n"
     response_class=Response,
     responses={200: {"content": {"text/x-shellscript": {}}, "description": "A bash script"}},
 )
-async def install_script(replica: ReplicaDep, request: Request) -> Response:
+async def install_script(replica: ReplicaDep) -> Response:
     """The agent's installer, for `curl -fsSL …/agent/install.sh | sudo bash -s -- --token
-    gpu_et_…`; `bash -s -- --help` lists its options. Needs no key."""
+    gpu_et_…`; `bash -s -- --help` lists its options. Needs no key. Its coordinator is the
+    configured public URL (`GPUSHARE_PUBLIC_BASE_URL`); without one the script needs
+    `--server` and says so."""
     text = (
         _script_template()
-        .replace(SERVER_LINE, f"\nSERVER_DEFAULT={shlex.quote(base_url(replica, request))}\n", 1)
+        .replace(SERVER_LINE, f"\nSERVER_DEFAULT={shlex.quote(public_url(replica))}\n", 1)
         .replace(WHEEL_LINE, f"\nWHEEL_NAME={shlex.quote(WHEEL_NAME)}\n", 1)
     )
     return Response(text, media_type="text/x-shellscript", headers={"Cache-Control": "no-cache"})

@@ -135,7 +135,9 @@ async def cancel_invoke(
 ) -> Invoke:
     """A queued invoke is canceled at once; a running one is stopped by its node shortly."""
     async with replica.db.write() as session:
-        canceled = await invokes.cancel(session, tenant.tenant_id, invoke_id, replica.clock.now())
+        canceled = await invokes.cancel(
+            session, tenant.tenant_id, invoke_id, replica.clock.now(), replica.settings
+        )
     if canceled.status.terminal:
         await replica.notifier.publish(Channel.FINISHED, invoke_id)
     return canceled

@@ -1,15 +1,15 @@
-"""Tenants, their keys, tenant applications and the admin key."""
+"""Tenants, their keys and the admin key (tenants apply in `tenant_applications`)."""
 
 import logging
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import keys
 from gpu_share.coordinator.core.errors import Conflict, NotFound, Unauthorized, ValidationFailed
 from gpu_share.coordinator.core.ids import new_id
-from gpu_share.coordinator.core.orm import ApiKeyRow, TenantApplicationRow, TenantRow
+from gpu_share.coordinator.core.orm import ApiKeyRow, TenantRow
 from gpu_share.coordinator.core.principals import (
     AdminCaller,
     NodeCaller,
@@ -17,6 +17,7 @@ from gpu_share.coordinator.core.principals import (
     ProviderCaller,
     TenantCaller,
 )
+from gpu_share.coordinator.services.accounts import browser_sessions
 from gpu_share.protocol import accounts as wire
 
 log = logging.getLogger(__name__)
@@ -28,14 +29,6 @@ async def authenticate(session: AsyncSession, key: str) -> Principal:
     if principal is None:
         raise Unauthorized("API key is unknown or revoked; ask an admin for a new one")
     return principal
-
-
-async def principal_by_key_id(session: AsyncSession, key_id: str) -> Principal | None:
-    """The principal of a key known by id (a browser session names its key by id)."""
-    row = await session.get(ApiKeyRow, key_id)
-    if row is None or row.revoked_at is not None:
-        return None
-    return principal_of(row)
 
 
 def principal_of(row: ApiKeyRow) -> Principal | None:
@@ -75,6 +68,17 @@ async def issue_key(
     session.add(row)
     await session.flush()
     return row, secret
+
+
+async def revoke_node_keys(session: AsyncSession, node_id: str, now: datetime) -> int:
+    """End every key a node's agents hold: the machine registered again and was handed a
+    new one. Returns how many were still in force."""
+    done = await session.execute(
+        update(ApiKeyRow)
+        .where(ApiKeyRow.node_id == node_id, ApiKeyRow.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+    return int(done.rowcount)  # type: ignore[attr-defined]
 
 
 async def ensure_admin_key(
@@ -177,7 +181,8 @@ async def revoke_key(
     caller_key_id: str,
     tenant_id: str | None = None,
 ) -> wire.KeyInfo:
-    """Revoke a key; with `tenant_id`, only one of that tenant's own keys."""
+    """Revoke a key, and end the browser sessions it signed in; with `tenant_id`, only one
+    of that tenant's own keys."""
     row = await session.get(ApiKeyRow, key_id)
     if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
         raise NotFound(f"key {key_id} does not exist")
@@ -185,75 +190,5 @@ async def revoke_key(
         raise Conflict("a key cannot revoke itself; sign in with another key to revoke this one")
     if row.revoked_at is None:
         row.revoked_at = now
+    await browser_sessions.end_for_key(session, row.id, now)
     return key_info(row)
-
-
-def _application(row: TenantApplicationRow) -> wire.TenantApplication:
-    return wire.TenantApplication(
-        id=row.id,
-        name=row.name,
-        email=row.email,
-        company=row.company,
-        intended_use=row.intended_use,
-        status=wire.ApplicationStatus(row.status),
-        reason=row.reason,
-        tenant_id=row.tenant_id,
-        created_at=row.created_at,
-        decided_at=row.decided_at,
-    )
-
-
-async def submit_tenant_application(
-    session: AsyncSession, body: wire.TenantApplicationCreate, now: datetime
-) -> wire.TenantApplication:
-    row = TenantApplicationRow(
-        id=new_id("tapp"),
-        name=body.name,
-        email=body.email,
-        company=body.company,
-        intended_use=body.intended_use,
-        status=wire.ApplicationStatus.PENDING.value,
-        created_at=now,
-    )
-    session.add(row)
-    await session.flush()
-    return _application(row)
-
-
-async def list_tenant_applications(
-    session: AsyncSession, status: wire.ApplicationStatus | None
-) -> list[wire.TenantApplication]:
-    query = select(TenantApplicationRow).order_by(TenantApplicationRow.id)
-    if status is not None:
-        query = query.where(TenantApplicationRow.status == status.value)
-    return [_application(row) for row in (await session.scalars(query)).all()]
-
-
-async def _pending_application(session: AsyncSession, application_id: str) -> TenantApplicationRow:
-    row = await session.get(TenantApplicationRow, application_id, with_for_update=True)
-    if row is None:
-        raise NotFound(f"tenant application {application_id} does not exist")
-    if row.status != wire.ApplicationStatus.PENDING.value:
-        raise Conflict(f"tenant application {application_id} was already {row.status}")
-    return row
-
-
-async def approve_tenant_application(
-    session: AsyncSession, application_id: str, now: datetime
-) -> wire.TenantWithKey:
-    row = await _pending_application(session, application_id)
-    tenant = await create_tenant(session, wire.TenantCreate(name=row.name, email=row.email), now)
-    row.status = wire.ApplicationStatus.APPROVED.value
-    row.tenant_id = tenant.id
-    row.decided_at = now
-    return tenant
-
-
-async def reject_tenant_application(
-    session: AsyncSession, application_id: str, reason: str, now: datetime
-) -> wire.TenantApplication:
-    row = await _pending_application(session, application_id)
-    row.status = wire.ApplicationStatus.REJECTED.value
-    row.reason = reason
-    row.decided_at = now
-    return _application(row)

@@ -8,7 +8,7 @@ A window is `window_sec` long and starts at a multiple of it; a client that pass
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.db import Database, upsert
@@ -78,18 +78,6 @@ async def admit(db: Database, limit: Limit, client: str, now: datetime) -> None:
     async with db.write() as session:
         hits = await hit(session, limit, client, now)
     if hits > limit.max_hits:
-        raise limit.refusal(now)
-
-
-async def check(session: AsyncSession, limit: Limit, client: str, now: datetime) -> None:
-    """Raise `RateLimited` when the client already used up this window."""
-    start, _ = limit.window(now)
-    hits = await session.scalar(
-        select(RateLimitRow.hits).where(
-            RateLimitRow.key == _key(limit, client), RateLimitRow.window_start == start
-        )
-    )
-    if hits is not None and hits >= limit.max_hits:
         raise limit.refusal(now)
 
 

@@ -1,14 +1,58 @@
-"""The words of every mail the platform sends (plain text): about an application, and
-about a benchmark that delists or relists a GPU."""
+"""The words of every mail the platform sends (plain text): confirming an applicant's
+email, about an application, and about a benchmark that delists or relists a GPU."""
+
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import ProviderApplicationRow, ProviderRow
-from gpu_share.coordinator.services.mail.outbox import Mail
+from gpu_share.coordinator.services.mail.headers import header_text
+from gpu_share.coordinator.services.mail.outbox import Mail, enqueue
+from gpu_share.protocol.common import ApplicationSubmitted
+
+NAMED_MAX = 100  # of a name a node chose, in a subject
 
 SIGNATURE = "\n-- \nGPU Share\n"
 
 
 def install_command(base_url: str, enrollment_token: str) -> str:
     return f"curl -fsSL {base_url}/agent/install.sh | sudo bash -s -- --token {enrollment_token}"
+
+
+async def ask_to_confirm(
+    session: AsyncSession,
+    application_id: str,
+    to: str,
+    what: str,
+    confirm_url: str,
+    valid_days: int,
+    now: datetime,
+) -> ApplicationSubmitted:
+    """Queue the mail with the link that confirms an application `what` ("to provide
+    GPUs"), and the answer for the applicant: words from nothing but what they sent."""
+    mail = confirm_email(to, what, confirm_url, valid_days)
+    await enqueue(session, f"{application_id}:confirm", mail, now)
+    return ApplicationSubmitted(
+        email=to,
+        confirm_within_days=valid_days,
+        message=f"We mailed a link to {to}. Open it within {valid_days} days to confirm your "
+        "email: your application is reviewed from then on.",
+    )
+
+
+def confirm_email(to: str, what: str, confirm_url: str, valid_days: int) -> Mail:
+    """The link that makes an application count. It carries none of the applicant's words:
+    until the link is opened the address may be anyone's, and this mail must not take a
+    stranger's message to them."""
+    return Mail(
+        to=to,
+        subject=f"Confirm your email to apply {what}",
+        body="Hello,\n\n"
+        f"someone, we hope you, applied {what} on GPU Share with this email address. Open "
+        f"this link within {valid_days} days to confirm that it is yours; the application "
+        f"is reviewed from then on:\n{confirm_url}\n\n"
+        "If you did not apply, ignore this mail: the application is deleted unread.\n" + SIGNATURE,
+    )
 
 
 def _hello(row: ProviderApplicationRow) -> str:
@@ -65,6 +109,11 @@ def info_requested(row: ProviderApplicationRow, status_url: str) -> Mail:
 
 
 # Benchmarks (SPEC §3.3): a GPU (or a CPU node) delisted by its benchmark, and relisted.
+# The node names itself and its GPUs: those names go into the mail on one short line each.
+
+
+def _named(what_a_node_said: str) -> str:
+    return header_text(what_a_node_said, NAMED_MAX)
 
 
 def _hello_provider(provider: ProviderRow) -> str:
@@ -74,6 +123,7 @@ def _hello_provider(provider: ProviderRow) -> str:
 def benchmark_delisted(
     provider: ProviderRow, hostname: str, what: str, reason: str, page_url: str
 ) -> Mail:
+    what, hostname = _named(what), _named(hostname)
     return Mail(
         to=provider.email,
         subject=f"{what} on {hostname} is delisted after its benchmark",
@@ -91,6 +141,7 @@ def benchmark_delisted(
 def benchmark_relisted(
     provider: ProviderRow, hostname: str, what: str, score: float, page_url: str
 ) -> Mail:
+    what, hostname = _named(what), _named(hostname)
     return Mail(
         to=provider.email,
         subject=f"{what} on {hostname} is listed again",

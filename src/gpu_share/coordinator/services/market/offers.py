@@ -1,21 +1,29 @@
 """The marketplace (SPEC §4.2): online, listed nodes inside their windows, as offers,
-filtered and sorted; each with the scores placement uses and their components."""
+filtered and sorted; each with the scores placement uses and their components.
+
+Only verified nodes (`placement.node_verified`: all their hardware proven, docs/trust.md)
+are offered unless the query asks for the others too; those are marked, and their GPUs
+are matched as they claim to be, since showing them is all an offer does."""
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.coordinator.core.settings import Settings
-from gpu_share.coordinator.services.nodes import nodes, ranking
+from gpu_share.coordinator.services.nodes import nodes, proofs, ranking
 from gpu_share.coordinator.services.nodes.placement import (
     Requirements,
+    gpu_verified,
     listed_gpu,
     node_status,
+    node_verified,
     reliability_of,
     serves,
     stored_reliability,
+    verified_at,
 )
 from gpu_share.coordinator.services.work import gpu_assignment, reservation_holds
 from gpu_share.protocol.money import MICRO
@@ -34,11 +42,16 @@ def _requirements(query: OfferQuery, runtime: RuntimeName) -> Requirements:
         tier=query.tier.value if query.tier else None,
         max_price_micro=int(query.max_price * MICRO) if query.max_price is not None else None,
         min_reliability=query.min_reliability,
+        # Shown with their unverified hardware, nodes are matched as they claim to be.
+        verified_gpus=False if query.include_unverified else None,
     )
 
 
 def matches(node: NodeRow, query: OfferQuery, now: datetime) -> bool:
-    """The node serves some runtime asked for (the one named, or any) under the filters."""
+    """The node serves some runtime asked for (the one named, or any) under the filters,
+    and is verified unless the query includes unverified nodes."""
+    if not query.include_unverified and not node_verified(node):
+        return False
     runtimes = [query.runtime] if query.runtime else [RuntimeName(r) for r in nodes.known(node)]
     wants_gpus = query.gpu_model or query.min_vram_gb or query.gpus > 1 or query.nvlink
     if query.nvlink is not None and gpu_assignment.nvlinked(node, query.gpus) != query.nvlink:
@@ -51,12 +64,13 @@ def matches(node: NodeRow, query: OfferQuery, now: datetime) -> bool:
 
 
 def _gpus(node: NodeRow) -> list[OfferGpus]:
-    groups: dict[str, list[dict[str, object]]] = {}
+    groups: dict[tuple[str, bool], list[dict[str, Any]]] = {}
     for gpu in node.gpus:
         if listed_gpu(node, gpu):
-            groups.setdefault(str(gpu.get("model", "")), []).append(gpu)
+            key = (str(gpu.get("model", "")), gpu_verified(node, gpu))
+            groups.setdefault(key, []).append(gpu)
     offers = []
-    for model, gpus in groups.items():
+    for (model, verified), gpus in groups.items():
         scores = [s for g in gpus if (s := nodes.gpu_benchmark_score(node, g)) is not None]
         cuda = gpus[0].get("cuda_version")
         offers.append(
@@ -66,6 +80,7 @@ def _gpus(node: NodeRow) -> list[OfferGpus]:
                 vram_mb=min(int(str(g.get("vram_mb", 0))) for g in gpus),
                 cuda_version=str(cuda) if cuda else None,
                 benchmark_score=round(sum(scores) / len(scores), 4) if scores else None,
+                verified=verified,
             )
         )
     return offers
@@ -78,6 +93,18 @@ def _topology(node: NodeRow) -> GpuTopology | None:
         return GpuTopology.model_validate(node.gpu_topology)
     except ValueError:  # stored by an agent of another version: not worth failing the page
         return None
+
+
+# The agent's default share of the RAM for all jobs (`AgentSettings.job_memory_fraction`).
+JOB_MEMORY_FRACTION = 0.75
+
+
+def job_memory_mb(node: NodeRow) -> int:
+    """What each job may use on the node, as its agent reported it; for an agent that did
+    not say, the default an agent sets (the slot's share of the RAM, less the system's)."""
+    if node.job_memory_mb is not None:
+        return node.job_memory_mb
+    return int(node.ram_mb * JOB_MEMORY_FRACTION) // max(1, node.max_concurrent_jobs)
 
 
 def to_offer(node: NodeRow, running: int, now: datetime, settings: Settings) -> Offer:
@@ -94,6 +121,7 @@ def to_offer(node: NodeRow, running: int, now: datetime, settings: Settings) -> 
         gpu_count=sum(g.count for g in gpus),
         runtimes=[RuntimeName(r) for r in nodes.known(node)],
         free_slots=max(0, node.max_concurrent_jobs - running),
+        memory_limit_mb=job_memory_mb(node),
         price_per_gpu_hour=nodes.price_text(node.price_per_gpu_hour_micro),
         reliability_score=reliability_of(node),
         reliability=stored_reliability(node.reliability),
@@ -102,6 +130,9 @@ def to_offer(node: NodeRow, running: int, now: datetime, settings: Settings) -> 
         rank_components=ranking.components(node),
         nvlink=topology is not None and topology.nvlink,
         gpu_topology=topology,
+        verified=node_verified(node),
+        verified_at=verified_at(node),
+        spot_check_rate=proofs.spot_check_rate(node),
     )
 
 

@@ -1,8 +1,9 @@
 """The books and what moves through them (SPEC §3.6, §4.4): the double-entry ledger
 (`ledger`), what work costs and how it is reserved and settled (`billing`, and for
 sessions `session_billing`), a tenant's balance, usage and top-ups (`tenant_billing`), a
-provider's earnings (`earnings`), and payouts (`payouts`, `payout_batches`,
-`payout_calendar`, `payout_mails`). Owns `ledger_accounts`, `ledger_transactions`,
-`ledger_entries`, `payout_batches`, `payouts`."""
+provider's earnings (`earnings`), held until they can be trusted (`earnings_hold`) and
+taken back from a cheat while held (`clawbacks`), and payouts (`payouts`,
+`payout_batches`, `payout_calendar`, `payout_mails`). Owns `ledger_accounts`,
+`ledger_transactions`, `ledger_entries`, `earnings_holds`, `payout_batches`, `payouts`."""
 
-__all__ = ["billing", "ledger", "session_billing"]
+__all__ = ["billing", "clawbacks", "ledger", "session_billing"]

@@ -15,11 +15,13 @@
 - A preempted attempt (`charge_preempted`, at its requeue) is metered from its start to
   its last uploaded checkpoint, the work the next attempt resumes from; what ran after
   that checkpoint is lost to the preemption and costs nothing, and an attempt that
-  saved none costs nothing. One CHARGE per attempt, cause
+  saved none (a checkpoint that is not its runtime's is refused, never saved; ONNX jobs
+  keep none) costs nothing. One CHARGE per attempt, cause
   ``invoke:{id}:attempt:{n}:preempted``, taken from the reserve; the settlement then
   charges the final attempt from what is left of it.
 - `settle` runs in the transaction of the final status change (`invoke_state` calls
-  it): one CHARGE (reserve → provider, commission, the rest back to the balance) or
+  it): one CHARGE (reserve → the provider's held earnings, commission, the rest back to
+  the balance; `post_charge`, which every charge goes through, records the hold) or
   one RELEASE, under the cause ``invoke:{id}:settle``, posted once whatever retries.
 """
 
@@ -31,13 +33,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import ArtifactRow, InvokeRow, LedgerTransactionRow, NodeRow
 from gpu_share.coordinator.core.settings import BillingMode, Settings
-from gpu_share.coordinator.services.money import ledger
+from gpu_share.coordinator.services.money import earnings_hold, ledger
 from gpu_share.coordinator.services.money.ledger import ChargeDetails, TransactionKind
 from gpu_share.coordinator.services.nodes import prices
 from gpu_share.coordinator.services.nodes.placement import Requirements, serves
 from gpu_share.coordinator.services.nodes.prices import CPU_MODEL
 from gpu_share.coordinator.services.providers.reliability_formula import PROVIDER_SIDE
 from gpu_share.protocol.money import usdc_text
+from gpu_share.protocol.runtimes import RuntimeName
 
 MS_PER_HOUR = 3_600_000
 
@@ -261,13 +264,13 @@ async def settle(session: AsyncSession, invoke_id: str, now: datetime) -> int:
         "started_at": row.started_at.isoformat(),
         "ended_at": row.finished_at.isoformat(),
     }
-    await ledger.post(
+    await post_charge(
         session,
         cause=settle_cause(invoke_id),
-        kind=TransactionKind.CHARGE,
-        entries=charge_entries(tenant, node.provider_id, left, cost, commission),
-        now=now,
+        node=node,
+        from_reserve=left,
         details=details,
+        now=now,
     )
     return charged + cost
 
@@ -286,7 +289,9 @@ async def charge_preempted(
     Called by `invoke_state.requeue_preempted` in the requeue's transaction: from the
     attempt's start to the checkpoint it last uploaded (the next attempt resumes there),
     never past `timeout_sec`, never above what is left of the reserve. Only this cost
-    leaves the reserve: the rest stays held for the attempts to come."""
+    leaves the reserve: the rest stays held for the attempts to come. A checkpoint is
+    stored only once its runtime's format checks pass (`work/checkpoint_formats`), so
+    junk bytes are never one; inference keeps none, and its lost attempts cost nothing."""
     row = (
         await session.execute(
             select(
@@ -304,6 +309,8 @@ async def charge_preempted(
         )
     ).one()
     saved_at = row.checkpoint_at
+    if RuntimeName(row.runtime).kind != "train":
+        return 0  # inference keeps no checkpoint: nothing of a lost attempt is kept
     if row.reserved_micro == 0 or started_at is None or saved_at is None or saved_at <= started_at:
         return 0  # nothing reserved, never started, or no progress kept from this attempt
     ms = min(int((saved_at - started_at).total_seconds() * 1000), row.timeout_sec * 1000)
@@ -332,25 +339,57 @@ async def charge_preempted(
         "started_at": started_at.isoformat(),
         "ended_at": saved_at.isoformat(),
     }
-    posted = await ledger.post(
+    posted = await post_charge(
         session,
         cause=preempted_cause(invoke_id, attempt),
+        node=node,
+        from_reserve=cost,
+        details=details,
+        now=now,
+    )
+    return cost if posted else 0
+
+
+async def post_charge(
+    session: AsyncSession,
+    *,
+    cause: str,
+    node: NodeRow,
+    from_reserve: int,
+    details: ChargeDetails,
+    now: datetime,
+) -> bool:
+    """Post the CHARGE of `details` for `cause`, once, taking `from_reserve` out of the
+    tenant's reserve, and hold the provider's share (`earnings_hold`) until it can be
+    trusted. False, changing nothing, when `cause` was posted before."""
+    posted = await ledger.post(
+        session,
+        cause=cause,
         kind=TransactionKind.CHARGE,
-        entries=charge_entries(row.tenant_id, node.provider_id, cost, cost, commission),
+        entries=charge_entries(
+            details["tenant_id"],
+            node.provider_id,
+            from_reserve,
+            details["cost_micro"],
+            details["commission_micro"],
+        ),
         now=now,
         details=details,
     )
-    return cost if posted else 0
+    if posted:
+        await earnings_hold.hold_charge(session, cause, node, details["provider_micro"])
+    return posted
 
 
 def charge_entries(
     tenant_id: str, provider_id: str, from_reserve: int, cost: int, commission: int
 ) -> list[ledger.Entry]:
-    """`from_reserve` out of the tenant's reserve: the cost to the provider (less the
-    commission) and the platform, the rest back to the tenant's balance."""
+    """`from_reserve` out of the tenant's reserve: the cost to the provider's held
+    earnings (less the commission) and the platform, the rest back to the tenant's
+    balance."""
     entries = [
         ledger.Entry(ledger.tenant_reserved(tenant_id), -from_reserve),
-        ledger.Entry(ledger.provider_pending(provider_id), cost - commission),
+        ledger.Entry(ledger.provider_held(provider_id), cost - commission),
         ledger.Entry(ledger.COMMISSION, commission),
     ]
     if from_reserve > cost:

@@ -1,14 +1,14 @@
 """A provider's earnings (SPEC §3.6), read from the books: every CHARGE transaction that
-paid into the provider's pending account, with the `ChargeDetails` it carries.
+paid into the provider's held account (or, before earnings were held, straight into
+their pending one), with the `ChargeDetails` it carries; and what of it is still held
+(`earnings_hold`), payable, taken back, in transit and paid.
 
-The amount of a line is the entry that landed in the provider's pending account (the
-books are the truth); the tenant's cost and the platform's commission come from the
+The amount of a line is the entry that landed in the provider's account (the books
+are the truth); the tenant's cost and the platform's commission come from the
 charge's details. Which tenant paid is never shown to the provider. Days and weeks are
 UTC: a week starts on Monday 00:00, a month on the 1st.
 """
 
-import csv
-import io
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,9 +18,15 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.csv_export import csv_text
 from gpu_share.coordinator.core.errors import field_error
 from gpu_share.coordinator.core.orm import LedgerEntryRow, LedgerTransactionRow, NodeRow
 from gpu_share.coordinator.services.money import ledger
+from gpu_share.coordinator.services.money.earnings_hold import (
+    HoldPolicy,
+    held_by_day,
+    payable_times,
+)
 from gpu_share.coordinator.services.money.ledger import TransactionKind
 from gpu_share.coordinator.services.money.payout_calendar import midnight, month_start, week_start
 from gpu_share.protocol.money import to_micro, usdc_text
@@ -30,6 +36,7 @@ from gpu_share.protocol.payouts import (
     EarningsEntry,
     EarningsTotal,
     GpuEarnings,
+    HeldRelease,
     ModelEarnings,
 )
 
@@ -42,8 +49,9 @@ HISTORY_LIMIT = 200
 @dataclass(frozen=True)
 class Charge:
     at: datetime
-    amount_micro: int  # into the provider's pending account
+    amount_micro: int  # into the provider's held (before holds: pending) account
     details: dict[str, Any]
+    charge_id: str = ""  # the CHARGE transaction
 
     @property
     def gpu_seconds(self) -> float:
@@ -79,17 +87,23 @@ async def charges(
             LedgerTransactionRow.created_at,
             LedgerEntryRow.amount_micro,
             LedgerTransactionRow.details,
+            LedgerTransactionRow.id,
         )
         .join(LedgerTransactionRow, LedgerTransactionRow.id == LedgerEntryRow.transaction_id)
         .where(
-            LedgerEntryRow.account_id == ledger.provider_pending(provider_id).id,
+            LedgerEntryRow.account_id.in_(
+                [ledger.provider_held(provider_id).id, ledger.provider_pending(provider_id).id]
+            ),
             LedgerTransactionRow.kind == TransactionKind.CHARGE.value,
             LedgerEntryRow.created_at >= start,
             LedgerEntryRow.created_at < end,
         )
         .order_by(LedgerEntryRow.created_at.desc(), LedgerEntryRow.id.desc())
     )
-    return [Charge(at, int(amount), dict(details or {})) for at, amount, details in rows.all()]
+    return [
+        Charge(at, int(amount), dict(details or {}), charge_id)
+        for at, amount, details, charge_id in rows.all()
+    ]
 
 
 def total(items: Iterable[Charge]) -> EarningsTotal:
@@ -112,7 +126,9 @@ async def _hostnames(session: AsyncSession, node_ids: set[str]) -> dict[str, str
     return dict(rows.all())
 
 
-def entry(charge: Charge, hostnames: dict[str, str]) -> EarningsEntry:
+def entry(
+    charge: Charge, hostnames: dict[str, str], payable_at: datetime | None = None
+) -> EarningsEntry:
     d = charge.details
     node_id = str(d.get("node_id", ""))
     return EarningsEntry(
@@ -127,6 +143,7 @@ def entry(charge: Charge, hostnames: dict[str, str]) -> EarningsEntry:
         amount=usdc_text(charge.amount_micro),
         tenant_paid=usdc_text(int(d.get("cost_micro", charge.amount_micro))),
         commission=usdc_text(int(d.get("commission_micro", 0))),
+        payable_at=payable_at,
     )
 
 
@@ -137,7 +154,10 @@ async def earnings(
     since: date | None = None,
     until: date | None = None,
     history_limit: int = HISTORY_LIMIT,
+    *,
+    hold: HoldPolicy,
 ) -> Earnings:
+    """`hold`: the hold lengths in force, which say when held earnings become payable."""
     first, last = date_range(now, since, until)
     start, end = midnight(first), midnight(last + timedelta(days=1))
     in_range = await charges(session, provider_id, start, end)
@@ -169,8 +189,21 @@ async def earnings(
     ]
     per_gpu.sort(key=lambda g: (-to_micro(g.amount), g.hostname or g.node_id, g.gpu_model))
     per_model.sort(key=lambda g: (-to_micro(g.amount), g.gpu_model))
+    shown = in_range[:history_limit]
+    held_until = await payable_times(session, (c.charge_id for c in shown), hold)
+    held = await ledger.balance(session, ledger.provider_held(provider_id))
+    payable = await ledger.balance(session, ledger.provider_pending(provider_id))
+    taken = await taken_back(session, provider_id)
     return Earnings(
-        pending=usdc_text(await ledger.balance(session, ledger.provider_pending(provider_id))),
+        pending=usdc_text(held + payable),
+        held=usdc_text(held),
+        payable=usdc_text(payable),
+        releases=[
+            HeldRelease(on=part.day, amount=usdc_text(part.amount_micro))
+            for part in await held_by_day(session, provider_id, now, hold)
+        ],
+        refunded=usdc_text(taken[TransactionKind.REFUND]),
+        forfeited=usdc_text(taken[TransactionKind.FORFEIT]),
         in_transit=usdc_text(await ledger.balance(session, ledger.payouts_in_transit(provider_id))),
         paid=usdc_text(await paid_total(session, provider_id)),
         this_week=total(c for c in recent if c.at >= week),
@@ -186,9 +219,25 @@ async def earnings(
             )
             for i in range((last - first).days + 1)
         ],
-        history=[entry(c, hostnames) for c in in_range[:history_limit]],
+        history=[entry(c, hostnames, held_until.get(c.charge_id)) for c in shown],
         history_limit=history_limit,
     )
+
+
+async def taken_back(session: AsyncSession, provider_id: str) -> dict[TransactionKind, int]:
+    """What left the provider's held account for refunds and forfeits, all time."""
+    kinds = [TransactionKind.REFUND, TransactionKind.FORFEIT]
+    rows = await session.execute(
+        select(LedgerTransactionRow.kind, func.coalesce(func.sum(LedgerEntryRow.amount_micro), 0))
+        .join(LedgerTransactionRow, LedgerTransactionRow.id == LedgerEntryRow.transaction_id)
+        .where(
+            LedgerEntryRow.account_id == ledger.provider_held(provider_id).id,
+            LedgerTransactionRow.kind.in_([k.value for k in kinds]),
+        )
+        .group_by(LedgerTransactionRow.kind)
+    )
+    found = {TransactionKind(kind): -int(total) for kind, total in rows.all()}
+    return {kind: found.get(kind, 0) for kind in kinds}
 
 
 async def paid_total(session: AsyncSession, provider_id: str) -> int:
@@ -226,29 +275,20 @@ async def earnings_csv(
     first, last = date_range(now, since, until)
     found = await charges(session, provider_id, midnight(first), midnight(last + timedelta(days=1)))
     hostnames = await _hostnames(session, {str(c.details.get("node_id", "")) for c in found})
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for charge in reversed(found):
-        e = entry(charge, hostnames)
-        writer.writerow(
-            [
-                e.at.isoformat(),
-                e.node_id,
-                safe_cell(e.hostname or ""),
-                safe_cell(e.gpu_model),
-                e.gpus,
-                f"{e.seconds:.3f}",
-                e.work,
-                e.runtime,
-                e.amount,
-                e.tenant_paid,
-                e.commission,
-            ]
-        )
-    return f"earnings-{first.isoformat()}-{last.isoformat()}.csv", out.getvalue()
-
-
-def safe_cell(value: str) -> str:
-    """A cell a spreadsheet shows as text, never runs as a formula."""
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+    rows = [
+        [
+            e.at.isoformat(),
+            e.node_id,
+            e.hostname,
+            e.gpu_model,
+            e.gpus,
+            f"{e.seconds:.3f}",
+            e.work,
+            e.runtime,
+            e.amount,
+            e.tenant_paid,
+            e.commission,
+        ]
+        for e in (entry(charge, hostnames) for charge in reversed(found))
+    ]
+    return f"earnings-{first.isoformat()}-{last.isoformat()}.csv", csv_text(CSV_COLUMNS, rows)

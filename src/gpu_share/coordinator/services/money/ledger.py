@@ -3,12 +3,14 @@ transaction, posted exactly once for its cause.
 
 Amounts are integer micro-USDC. Each transaction's entries sum to zero, so the whole
 book does too. Accounts that hold someone's money (a tenant's balance and reserve, a
-provider's pending earnings, payouts in transit) keep their balance in a row that the
-posting changes in the same database transaction, by a guarded UPDATE: a posting that
-would take one below zero fails whole with `InsufficientBalance`, under any
-concurrency. The shared accounts (the platform's commission, and the outside world,
-where top-ups come from and paid payouts go) keep no row, so that charges do not all
-queue on one; their balance is the sum of their entries.
+provider's held and pending earnings, payouts in transit) keep their balance in a row
+that the posting changes in the same database transaction, by a guarded UPDATE: a
+posting that would take one below zero fails whole with `InsufficientBalance`, under
+any concurrency. The shared accounts (the platform's commission, the held earnings it
+took from providers caught cheating, and the outside world, where top-ups come from
+and paid payouts go) keep no row, so that charges do not all queue on one; their
+balance is the sum of their entries (refunds draw on the commission and the forfeits,
+which may go below zero).
 
 `post` is idempotent by `cause` (for example ``invoke:inv_…:settle``): a second post
 of the same cause, after a retry, a replayed request or a restart halfway through the
@@ -40,9 +42,11 @@ from gpu_share.protocol.money import usdc_text
 class AccountKind(StrEnum):
     TENANT_BALANCE = "tenant_balance"  # prepaid credit a tenant can spend
     TENANT_RESERVED = "tenant_reserved"  # held for running work's most it can cost
-    PROVIDER_PENDING = "provider_pending"  # earned, not yet paid out
+    PROVIDER_HELD = "provider_held"  # earned, in the hold: refundable, not yet payable
+    PROVIDER_PENDING = "provider_pending"  # earned, payable, not yet paid out
     PAYOUTS_IN_TRANSIT = "payouts_in_transit"  # in a payout batch, not yet confirmed paid
     PLATFORM_COMMISSION = "platform_commission"
+    PLATFORM_FORFEITS = "platform_forfeits"  # held earnings forfeited for cheating
     WORLD = "world"  # outside the platform: top-ups come from it, paid payouts go to it
 
 
@@ -51,19 +55,25 @@ NEVER_NEGATIVE = frozenset(
     {
         AccountKind.TENANT_BALANCE,
         AccountKind.TENANT_RESERVED,
+        AccountKind.PROVIDER_HELD,
         AccountKind.PROVIDER_PENDING,
         AccountKind.PAYOUTS_IN_TRANSIT,
     }
 )
 # Owned by nobody in particular: one account each.
-SHARED = frozenset({AccountKind.PLATFORM_COMMISSION, AccountKind.WORLD})
+SHARED = frozenset(
+    {AccountKind.PLATFORM_COMMISSION, AccountKind.PLATFORM_FORFEITS, AccountKind.WORLD}
+)
 
 
 class TransactionKind(StrEnum):
     TOP_UP = "top_up"  # world → tenant balance
     RESERVE = "reserve"  # tenant balance → reserved, at submit
     RELEASE = "release"  # reserved → tenant balance, work that ended without charge
-    CHARGE = "charge"  # reserved (and balance) → provider + commission, the rest released
+    CHARGE = "charge"  # reserved (and balance) → provider held + commission, the rest released
+    HOLD_RELEASE = "hold_release"  # provider held → pending, once a charge's hold has passed
+    REFUND = "refund"  # a held charge undone: held (+ forfeits) + commission → tenant balance
+    FORFEIT = "forfeit"  # provider held → platform forfeits (a provider caught cheating)
     PAYOUT = "payout"  # provider pending → in transit
     PAYOUT_PAID = "payout_paid"  # in transit → world
     PAYOUT_FAILED = "payout_failed"  # in transit → provider pending
@@ -108,6 +118,7 @@ class Account:
 
 WORLD = Account(AccountKind.WORLD)
 COMMISSION = Account(AccountKind.PLATFORM_COMMISSION)
+FORFEITS = Account(AccountKind.PLATFORM_FORFEITS)
 
 
 def tenant_balance(tenant_id: str) -> Account:
@@ -116,6 +127,10 @@ def tenant_balance(tenant_id: str) -> Account:
 
 def tenant_reserved(tenant_id: str) -> Account:
     return Account(AccountKind.TENANT_RESERVED, tenant_id)
+
+
+def provider_held(provider_id: str) -> Account:
+    return Account(AccountKind.PROVIDER_HELD, provider_id)
 
 
 def provider_pending(provider_id: str) -> Account:
@@ -287,6 +302,7 @@ def _insert_entries(rows: int) -> TextClause:
 _WHOSE = {
     AccountKind.TENANT_BALANCE: "the balance",
     AccountKind.TENANT_RESERVED: "the reserve",
+    AccountKind.PROVIDER_HELD: "the held earnings",
     AccountKind.PROVIDER_PENDING: "the pending earnings",
     AccountKind.PAYOUTS_IN_TRANSIT: "the payouts in transit",
 }

@@ -2,8 +2,6 @@
 export for execution (CSV or JSON; the first export is recorded). Batches are made by
 `payouts.make_batch`; their payouts are settled by `payouts.mark_paid`/`mark_failed`."""
 
-import csv
-import io
 import json
 from datetime import datetime
 from typing import Any
@@ -11,9 +9,9 @@ from typing import Any
 from sqlalchemy import case, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.csv_export import csv_text
 from gpu_share.coordinator.core.errors import NotFound
 from gpu_share.coordinator.core.orm import PayoutBatchRow, PayoutRow, ProviderRow
-from gpu_share.coordinator.services.money.earnings import safe_cell
 from gpu_share.coordinator.services.money.payout_calendar import schedule_of_period
 from gpu_share.coordinator.services.money.payouts import payout_of
 from gpu_share.protocol.money import to_micro, usdc_text
@@ -141,9 +139,5 @@ async def export(
             "payouts": rows,
         }
         return f"{name}.json", "application/json", json.dumps(body, indent=2) + "\n"
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: safe_cell(v) if isinstance(v, str) else v for k, v in row.items()})
-    return f"{name}.csv", "text/csv; charset=utf-8", out.getvalue()
+    table = ([row[column] for column in EXPORT_COLUMNS] for row in rows)
+    return f"{name}.csv", "text/csv; charset=utf-8", csv_text(EXPORT_COLUMNS, table)

@@ -204,13 +204,8 @@ async def _charge(
         "started_at": since.isoformat(),
         "ended_at": end.isoformat(),
     }
-    await ledger.post(
-        session,
-        cause=cause,
-        kind=TransactionKind.CHARGE,
-        entries=billing.charge_entries(tenant, node.provider_id, owed + released, owed, commission),
-        now=end,
-        details=details,
+    await billing.post_charge(
+        session, cause=cause, node=node, from_reserve=owed + released, details=details, now=end
     )
     await session.refresh(row)
     return True

@@ -4,8 +4,6 @@ Usage is read from the books, never from invokes or sessions: the CHARGE transac
 that took money out of this tenant's reserve, with the `ChargeDetails` each carries.
 """
 
-import csv
-import io
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
@@ -14,6 +12,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.csv_export import csv_text
 from gpu_share.coordinator.core.errors import Conflict, NotFound, field_error
 from gpu_share.coordinator.core.orm import (
     LedgerAccountRow,
@@ -147,20 +146,27 @@ CSV_COLUMNS = list(Charge.model_fields)
 
 
 def as_csv(found: Iterable[Charge]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for charge in found:
-        row = charge.model_dump(mode="json")
-        writer.writerow([row[column] for column in CSV_COLUMNS])
-    return out.getvalue()
+    rows = (charge.model_dump(mode="json") for charge in found)
+    return csv_text(CSV_COLUMNS, ([row[column] for column in CSV_COLUMNS] for row in rows))
 
 
-def top_up_cause(tenant_id: str, idempotency_key: str | None, reference: str) -> str:
-    """Once per Idempotency-Key when one is given, else once per payment reference."""
-    if idempotency_key is not None:
-        return f"top_up:{tenant_id}:key:{idempotency_key}"
+def top_up_cause(tenant_id: str, reference: str) -> str:
+    """One payment is one reference: a resent request, or the same wire posted again
+    under another Idempotency-Key (or none), finds the top-up made before."""
     return f"top_up:{tenant_id}:ref:{reference}"
+
+
+def _keyed_cause(tenant_id: str, idempotency_key: str) -> str:
+    """How a top-up sent with an Idempotency-Key was recorded before causes were the
+    reference alone; still read, so that retrying such a request credits nothing."""
+    return f"top_up:{tenant_id}:key:{idempotency_key}"
+
+
+async def _details(session: AsyncSession, cause: str) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = await session.scalar(
+        select(LedgerTransactionRow.details).where(LedgerTransactionRow.cause == cause)
+    )
+    return found
 
 
 async def top_up(
@@ -172,11 +178,16 @@ async def top_up(
     admin: str,
     now: datetime,
 ) -> TopUp:
-    """Credit a tenant's balance from outside (a payment received); once per cause."""
+    """Credit a tenant's balance from outside (a payment received), once per reference:
+    the same reference again credits nothing, and with another amount is a Conflict."""
     if await session.get(TenantRow, tenant_id) is None:
         raise NotFound(f"tenant {tenant_id} does not exist")
-    cause = top_up_cause(tenant_id, idempotency_key, body.reference)
-    made = await ledger.post(
+    cause = top_up_cause(tenant_id, body.reference)
+    before = None
+    if idempotency_key is not None:
+        keyed = await _details(session, _keyed_cause(tenant_id, idempotency_key))
+        before = keyed if keyed and keyed.get("reference") == body.reference else None
+    made = before is None and await ledger.post(
         session,
         cause=cause,
         kind=TransactionKind.TOP_UP,
@@ -190,16 +201,18 @@ async def top_up(
         },
     )
     if not made:
-        before = await session.scalar(
-            select(LedgerTransactionRow.details).where(LedgerTransactionRow.cause == cause)
-        )
-        before = before or {}
-        if before.get("amount_micro") != body.amount or before.get("reference") != body.reference:
+        before = before or await _details(session, cause) or {}
+        credited = int(before.get("amount_micro", 0))
+        if credited != body.amount:
             raise Conflict(
-                f"this top-up ({'Idempotency-Key' if idempotency_key else 'reference'} "
-                f"{idempotency_key or body.reference!r}) was made before with "
-                f"{usdc_text(int(before.get('amount_micro', 0)))} USDC and reference "
-                f"{before.get('reference')!r}; use a new reference for a new payment"
+                f"reference {body.reference!r} was credited before with {usdc_text(credited)} "
+                f"USDC; this top-up says {usdc_text(body.amount)} USDC. A payment is credited "
+                "once: a new payment needs its own reference",
+                details={
+                    "reference": body.reference,
+                    "credited": usdc_text(credited),
+                    "amount": usdc_text(body.amount),
+                },
             )
     available = await ledger.balance(session, ledger.tenant_balance(tenant_id))
     return TopUp(

@@ -141,6 +141,13 @@ VARIANTS: tuple[GpuModelInfo, ...] = (
 
 BY_ID = {model.id: model for model in SUPPORTED}
 REFERENCES = {model.id: model for model in (*SUPPORTED, *VARIANTS)}
+# The supported model each variant is applied for as (an application names only those).
+VARIANT_OF = {
+    "h100-pcie-80gb": "h100-80gb",
+    "h100-nvl-94gb": "h100-80gb",
+    "h200-nvl-141gb": "h200-141gb",
+    "a100-pcie-80gb": "a100-80gb",
+}
 
 # What NVML calls each card (nvmlDeviceGetName), first match wins; e.g. "NVIDIA H100 80GB
 # HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-40GB", "NVIDIA GeForce RTX 4090". Names
@@ -186,6 +193,15 @@ class CpuBaseline:
 
 
 CPU_BASELINE = CpuBaseline()
+
+
+def as_applied(name: str) -> str:
+    """The name of the supported model an application would give for the catalog model
+    named `name` (a variant's base model; any other name as it is)."""
+    model = next((m for m in REFERENCES.values() if m.name == name), None)
+    if model is None:
+        return name
+    return BY_ID[VARIANT_OF.get(model.id, model.id)].name
 
 
 def is_known(model_id: str) -> bool:

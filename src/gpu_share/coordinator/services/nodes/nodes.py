@@ -3,7 +3,7 @@
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Select, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.errors import NotFound
@@ -11,17 +11,22 @@ from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, TelemetrySampleRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
-from gpu_share.coordinator.services.accounts.accounts import issue_key
+from gpu_share.coordinator.services.accounts.accounts import issue_key, revoke_node_keys
 from gpu_share.coordinator.services.nodes import prices
 from gpu_share.coordinator.services.nodes.placement import (
     Requirements,
+    gpu_proof,
     in_window,
     listed_gpu,
     node_status,
+    node_verified,
+    proven_at,
     reliability_of,
     serves,
     stored_reliability,
+    verified_at,
 )
+from gpu_share.coordinator.services.nodes.proofs import hardware_proofs, spot_check_rate
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.accounts import Role
 from gpu_share.protocol.money import usdc_text
@@ -40,7 +45,26 @@ from gpu_share.protocol.providers import ProviderNode
 from gpu_share.protocol.runtimes import RuntimeName
 
 
+def _forget_changed_hardware(row: NodeRow, inventory: wire.NodeInventory) -> None:
+    """What a hardware challenge proved holds only for the hardware it ran on
+    (docs/trust.md): a GPU gone, renamed or on another driver, or a CPU node's other core
+    count, loses its verification, and the trust domain challenges it again at once."""
+    if not row.verification:
+        return
+    now = {gpu.uuid: (gpu.model, gpu.driver_version) for gpu in inventory.gpus}
+    before = {str(g.get("uuid")): (g.get("model"), g.get("driver_version")) for g in row.gpus}
+    same_cpu = not inventory.gpus and row.cpu_count == inventory.cpu_count
+    kept = {
+        target: proof
+        for target, proof in row.verification.items()
+        if (same_cpu if target == "cpu" else target in now and before.get(target) == now[target])
+    }
+    if kept != row.verification:
+        row.verification = kept
+
+
 def _apply_inventory(row: NodeRow, inventory: wire.NodeInventory) -> None:
+    _forget_changed_hardware(row, inventory)
     row.hostname = inventory.hostname
     row.agent_version = inventory.agent_version
     row.os = inventory.os
@@ -51,16 +75,27 @@ def _apply_inventory(row: NodeRow, inventory: wire.NodeInventory) -> None:
     row.runtimes = sorted({r.value for r in inventory.runtimes})
     row.sandbox = inventory.sandbox
     row.max_concurrent_jobs = inventory.max_concurrent_jobs
+    row.job_memory_mb = inventory.job_memory_mb
     row.gpu_topology = (
         inventory.gpu_topology.model_dump(mode="json") if inventory.gpu_topology else None
     )
     if inventory.region:
         row.region = inventory.region
+    if inventory.fingerprint:  # an older agent sends none: the one known is kept
+        row.fingerprint = inventory.fingerprint
 
 
 async def register(
-    session: AsyncSession, provider: ProviderRow, inventory: wire.NodeInventory, now: datetime
+    session: AsyncSession,
+    provider: ProviderRow,
+    inventory: wire.NodeInventory,
+    now: datetime,
+    *,
+    enrollment_token_id: str | None,
+    reliability: dict[str, Any] | None = None,
 ) -> tuple[NodeRow, str]:
+    """A machine seen for the first time (`hardware.holders` found none), with the score it
+    starts from (the providers domain decides it)."""
     row = NodeRow(
         id=new_id("nod"),
         provider_id=provider.id,
@@ -71,6 +106,8 @@ async def register(
         registered_at=now,
         last_seen_at=now,
         region=None,
+        enrollment_token_id=enrollment_token_id,
+        reliability=reliability,
     )
     _apply_inventory(row, inventory)
     session.add(row)
@@ -78,6 +115,28 @@ async def register(
     await prices.refresh_node(session, row)  # the provider may have priced its models
     _, node_key = await issue_key(session, Role.AGENT, now, provider_id=provider.id, node_id=row.id)
     return row, node_key
+
+
+async def register_again(
+    session: AsyncSession,
+    row: NodeRow,
+    provider: ProviderRow,
+    inventory: wire.NodeInventory,
+    now: datetime,
+    *,
+    enrollment_token_id: str | None,
+) -> str:
+    """A known machine registering again is its node again: the same id, so everything
+    kept by node id (its reliability, benchmarks, verification, spot checks, presence,
+    history) carries over. The keys its agents held are revoked; a new one is issued."""
+    await revoke_node_keys(session, row.id, now)
+    _apply_inventory(row, inventory)
+    row.tier = provider.tier
+    row.last_seen_at = now
+    row.enrollment_token_id = enrollment_token_id
+    await prices.refresh_node(session, row)
+    _, node_key = await issue_key(session, Role.AGENT, now, provider_id=provider.id, node_id=row.id)
+    return node_key
 
 
 async def update_inventory(
@@ -128,6 +187,8 @@ def to_wire(row: NodeRow, status: NodeStatus, running: int, now: datetime) -> No
                 cuda_version=g.get("cuda_version"),
                 benchmark_score=gpu_benchmark_score(row, g),
                 listed=listed_gpu(row, g),
+                verified=(proof := gpu_proof(row, g)) is not None,
+                verified_at=proven_at(proof),
             )
             for g in row.gpus
         ],
@@ -145,13 +206,32 @@ def to_wire(row: NodeRow, status: NodeStatus, running: int, now: datetime) -> No
         sandbox=SandboxKind(row.sandbox),
         isolated=SandboxKind(row.sandbox).isolates,
         last_seen_at=row.last_seen_at,
+        verified=node_verified(row),
+        verified_at=verified_at(row),
+        spot_check_rate=spot_check_rate(row),
     )
 
 
+def _suspended_providers() -> Select[str]:
+    return select(ProviderRow.id).where(ProviderRow.suspended_at.is_not(None))
+
+
 async def list_nodes(
-    session: AsyncSession, now: datetime, settings: Settings, *, include_offline: bool = True
+    session: AsyncSession,
+    now: datetime,
+    settings: Settings,
+    *,
+    include_offline: bool = True,
+    include_barred: bool = False,
 ) -> list[Node]:
-    rows = (await session.scalars(select(NodeRow).order_by(NodeRow.id))).all()
+    """Nodes as tenants see them. A quarantined node, or one of a suspended provider, is
+    left out (docs/trust.md: it is never listed) unless `include_barred` (the admin's)."""
+    query = select(NodeRow).order_by(NodeRow.id)
+    if not include_barred:
+        query = query.where(
+            NodeRow.quarantined_at.is_(None), NodeRow.provider_id.not_in(_suspended_providers())
+        )
+    rows = (await session.scalars(query)).all()
     running = await running_counts(session)
     nodes = []
     for row in rows:
@@ -163,9 +243,12 @@ async def list_nodes(
 
 
 async def live_nodes(session: AsyncSession, now: datetime, settings: Settings) -> list[NodeRow]:
-    """Nodes heard from recently, listed or not (placement's `serves` says which serve)."""
+    """Nodes heard from recently, listed or not (placement's `serves` says which serve),
+    but for those of a suspended provider: they get no work, whatever their rows say."""
     cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
-    query = select(NodeRow).where(NodeRow.last_seen_at >= cutoff)
+    query = select(NodeRow).where(
+        NodeRow.last_seen_at >= cutoff, NodeRow.provider_id.not_in(_suspended_providers())
+    )
     return list((await session.scalars(query)).all())
 
 
@@ -261,6 +344,8 @@ async def of_provider(
             last_seen_at=row.last_seen_at,
             telemetry=Telemetry.model_validate(row.telemetry) if row.telemetry else None,
             recent=recent.get(row.id, []),
+            verified=node_verified(row),
+            verification=hardware_proofs(row),
         )
         for row in rows
     ]

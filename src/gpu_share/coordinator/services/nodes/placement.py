@@ -1,11 +1,21 @@
-"""Which nodes may run which job (SPEC §4.1): pure functions of node, requirements and time.
+"""Which nodes may run which job (SPEC §4.1, §3.8): pure functions of node, requirements
+and time.
 
 A node serves a job when it has the runtime, is listed (not delisted by an admin or a
-failed benchmark), is inside its availability window, has enough listed GPUs of the
-model, memory and CUDA version asked for, and meets the region, tier, isolation, price
-and reliability asked for. Busy or not: whether it is free is the lease's business.
+failed benchmark, not quarantined), is inside its availability window, has enough listed
+GPUs of the model, memory and CUDA version asked for, and meets the region, tier,
+isolation, price and reliability asked for. Busy or not: whether it is free is the
+lease's business.
+
+Proven hardware (docs/trust.md) is one rule, here: a GPU is *verified* when a hardware
+challenge proved it is the catalog model it claims to be now (`gpu_verified`), a node
+when all of its hardware is (`node_verified`). Work that names a GPU model or a minimum
+VRAM, and every reservation, counts only verified GPUs: nobody rents a GPU as an H100
+until it has shown it is one. `require_verified` keeps work off nodes that are not
+verified; unnamed work may still run on unverified GPUs.
 """
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -14,6 +24,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
+from gpu_share.coordinator.services.nodes import gpu_catalog
 from gpu_share.coordinator.services.nodes.schedules import availability_of
 from gpu_share.protocol.money import MICRO, usdc_text
 from gpu_share.protocol.nodes import NodeStatus, SandboxKind, Tier
@@ -32,6 +43,19 @@ class Requirements:
     max_price_micro: int | None = None
     isolated_only: bool = False
     min_reliability: float | None = None
+    require_verified: bool = False  # the node's hardware proven, all of it
+    # Count only verified GPUs: None decides by the request (`verified_gpus_only`); True
+    # for a reservation, which rents GPUs as what they are; False for offers shown with
+    # their unverified hardware (marked so).
+    verified_gpus: bool | None = None
+
+    @property
+    def verified_gpus_only(self) -> bool:
+        """Whether a GPU counts only once verified: work naming a model or a memory size
+        rents the GPU as that, so it must be proven (module doc)."""
+        if self.verified_gpus is not None:
+            return self.verified_gpus
+        return bool(self.gpu_model or self.min_vram_mb or self.require_verified)
 
     def describe(self) -> str:
         parts = [f"runtime {self.runtime.value}"]
@@ -51,6 +75,8 @@ class Requirements:
             parts.append("isolated_only")
         if self.min_reliability is not None:
             parts.append(f"min_reliability {self.min_reliability:g}")
+        if self.require_verified:
+            parts.append("require_verified")
         return ", ".join(parts)
 
     def constraints(self) -> dict[str, Any]:
@@ -62,6 +88,7 @@ class Requirements:
             "max_price_micro": self.max_price_micro,
             "isolated_only": self.isolated_only,
             "min_reliability": self.min_reliability,
+            "require_verified": self.require_verified,
         }
 
     @classmethod
@@ -80,6 +107,7 @@ class Requirements:
             max_price_micro=c.get("max_price_micro"),
             isolated_only=bool(c.get("isolated_only")),
             min_reliability=c.get("min_reliability"),
+            require_verified=bool(c.get("require_verified")),
         )
 
 
@@ -94,6 +122,7 @@ class PlacementRequest(Protocol):
     max_price_per_gpu_hour: Decimal | None
     isolated_only: bool
     min_reliability: float | None
+    require_verified: bool
 
 
 def requirements_of(body: PlacementRequest, gpus: int = 1) -> Requirements:
@@ -109,6 +138,7 @@ def requirements_of(body: PlacementRequest, gpus: int = 1) -> Requirements:
         isolated_only=body.isolated_only,
         max_price_micro=int(price * MICRO) if price is not None else None,
         min_reliability=body.min_reliability,
+        require_verified=body.require_verified,
     )
 
 
@@ -124,9 +154,79 @@ def listed_gpu(node: NodeRow, gpu: dict[str, Any]) -> bool:
 
 
 def node_listed(node: NodeRow) -> bool:
-    """The node as a whole: not delisted by an admin, and its own benchmark not failed."""
+    """The node as a whole: not delisted by an admin, not quarantined (caught cheating),
+    and its own benchmark not failed."""
+    if node.delisted or node.quarantined_at is not None:
+        return False
     verdict = (node.benchmark_state or {}).get("node")
-    return not node.delisted and not (isinstance(verdict, dict) and verdict.get("passed") is False)
+    return not (isinstance(verdict, dict) and verdict.get("passed") is False)
+
+
+# Where `NodeRow.verification` keeps a CPU node's proof (the GPUs' are under their UUIDs).
+CPU_PROOF = "cpu"
+
+
+def claimed_model(gpu: dict[str, Any]) -> str | None:
+    """The catalog model a GPU of a node row claims to be, named as its challenge names it;
+    None for a GPU the catalog does not know (no challenge can prove it)."""
+    return _catalog_name(str(gpu.get("model", "")), int(gpu.get("vram_mb", 0) or 0))
+
+
+@functools.lru_cache(maxsize=1024)
+def _catalog_name(nvml_name: str, vram_mb: int) -> str | None:
+    # Cached: the claim asks it for every GPU of every node it weighs.
+    model = gpu_catalog.match(nvml_name, vram_mb)
+    return model.name if model is not None else None
+
+
+def gpu_proof(node: NodeRow, gpu: dict[str, Any]) -> dict[str, Any] | None:
+    """The passed challenge that proves this GPU is what it now claims to be, if any: its
+    UUID's entry in `NodeRow.verification`, naming the catalog model the GPU matches now
+    (another name, or a GPU the catalog does not know, is not proven)."""
+    proof = (node.verification or {}).get(str(gpu.get("uuid")))
+    if not isinstance(proof, dict):
+        return None
+    claimed = claimed_model(gpu)
+    return proof if claimed is not None and proof.get("model") == claimed else None
+
+
+def gpu_verified(node: NodeRow, gpu: dict[str, Any]) -> bool:
+    return gpu_proof(node, gpu) is not None
+
+
+def cpu_proof(node: NodeRow) -> dict[str, Any] | None:
+    """The passed challenge of a CPU node's cores: at least as many as it advertises."""
+    proof = (node.verification or {}).get(CPU_PROOF)
+    if not isinstance(proof, dict):
+        return None
+    cores = proof.get("cores")
+    ok = isinstance(cores, int) and not isinstance(cores, bool) and cores >= node.cpu_count
+    return proof if ok else None
+
+
+def node_verified(node: NodeRow) -> bool:
+    """All of the node's hardware is proven: every GPU as its model, or a CPU node's cores."""
+    if node.gpus:
+        return all(gpu_verified(node, gpu) for gpu in node.gpus)
+    return cpu_proof(node) is not None
+
+
+def proven_at(proof: dict[str, Any] | None) -> datetime | None:
+    """When a proof's challenge passed (None: no proof, or not a time we wrote)."""
+    try:
+        return datetime.fromisoformat(str((proof or {})["verified_at"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def verified_at(node: NodeRow) -> datetime | None:
+    """For a verified node, since when all of its hardware has stood proven: the oldest of
+    its proofs (a re-challenge renews one); None for a node that is not verified."""
+    if not node_verified(node):
+        return None
+    proofs = [gpu_proof(node, gpu) for gpu in node.gpus] if node.gpus else [cpu_proof(node)]
+    times = [t for proof in proofs if (t := proven_at(proof)) is not None]
+    return min(times) if times else None
 
 
 def _cuda(version: object) -> tuple[int, int] | None:
@@ -138,7 +238,15 @@ def _cuda(version: object) -> tuple[int, int] | None:
 
 
 def gpu_matches(node: NodeRow, gpu: dict[str, Any], req: Requirements) -> bool:
-    """One GPU of the node is of the model, memory and CUDA version asked for, and listed."""
+    """One GPU of the node is of the model, memory and CUDA version asked for, listed, and
+    verified when the request counts only verified GPUs (module doc)."""
+    if not _gpu_fits(node, gpu, req):
+        return False
+    return not req.verified_gpus_only or gpu_verified(node, gpu)
+
+
+def _gpu_fits(node: NodeRow, gpu: dict[str, Any], req: Requirements) -> bool:
+    """What the GPU claims meets the request, and it is listed: proven or not."""
     if req.gpu_model and req.gpu_model.lower() not in str(gpu.get("model", "")).lower():
         return False
     if req.min_vram_mb and int(gpu.get("vram_mb", 0)) < req.min_vram_mb:
@@ -152,6 +260,15 @@ def gpu_matches(node: NodeRow, gpu: dict[str, Any], req: Requirements) -> bool:
 
 def matching_gpus(node: NodeRow, req: Requirements) -> int:
     return sum(1 for gpu in node.gpus if gpu_matches(node, gpu, req))
+
+
+def _gpus_missed(node: NodeRow, req: Requirements) -> str | None:
+    """What the node misses of the GPUs asked for: "gpus" when it lacks them, "verified"
+    when it has them but too few are proven; None when it has enough."""
+    if matching_gpus(node, req) >= req.gpus:
+        return None
+    claimed = sum(1 for gpu in node.gpus if _gpu_fits(node, gpu, req))
+    return "verified" if req.verified_gpus_only and claimed >= req.gpus else "gpus"
 
 
 def reliability_of(node: NodeRow) -> float | None:
@@ -176,6 +293,7 @@ CONSTRAINTS = (
     "listed",
     "availability window",
     "gpus",
+    "verified",
     "region",
     "tier",
     "isolated_only",
@@ -192,8 +310,10 @@ def unmet(node: NodeRow, req: Requirements, now: datetime) -> str | None:
         return "listed"
     if not in_window(node, now):
         return "availability window"
-    if req.runtime.needs_gpu and matching_gpus(node, req) < req.gpus:
-        return "gpus"
+    if req.runtime.needs_gpu and (missed := _gpus_missed(node, req)) is not None:
+        return missed
+    if req.require_verified and not node_verified(node):
+        return "verified"
     if req.region and (node.region or "").lower() != req.region.lower():
         return "region"
     if req.tier and node.tier != req.tier:

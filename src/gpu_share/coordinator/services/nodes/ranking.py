@@ -7,7 +7,9 @@
 - benchmark: the mean score of its listed GPUs (a CPU node: the node's own score),
   capped at 1; before its first run, `UNBENCHMARKED`.
 - price: 1 / (1 + price / `PRICE_SCALE_MICRO`): free is 1, 2 USDC per GPU-hour is 0.5.
-- enterprise: 1 for Enterprise-tier nodes (data centers, UPS), else 0.
+- enterprise: 1 for Enterprise-tier nodes (data centers, UPS) whose hardware is proven
+  (`placement.node_verified`), else 0: the tier's advantage counts only for proven
+  hardware (docs/trust.md).
 
 Everything is in [0, 1.05]; higher is better. Ties go to the node that polls first.
 """
@@ -15,7 +17,11 @@ Everything is in [0, 1.05]; higher is better. Ties go to the node that polls fir
 from typing import Any
 
 from gpu_share.coordinator.core.orm import NodeRow
-from gpu_share.coordinator.services.nodes.placement import listed_gpu, reliability_of
+from gpu_share.coordinator.services.nodes.placement import (
+    listed_gpu,
+    node_verified,
+    reliability_of,
+)
 from gpu_share.protocol.nodes import Tier
 
 WEIGHTS = {"reliability": 0.45, "benchmark": 0.35, "price": 0.20, "enterprise": 0.05}
@@ -42,11 +48,12 @@ def components(node: NodeRow) -> dict[str, float]:
     reliability = reliability_of(node)
     benchmark = benchmark_score(node)
     price = node.price_per_gpu_hour_micro or 0
+    enterprise = node.tier == Tier.ENTERPRISE.value and node_verified(node)
     return {
         "reliability": UNSCORED_RELIABILITY if reliability is None else reliability,
         "benchmark": UNBENCHMARKED if benchmark is None else benchmark,
         "price": 1 / (1 + price / PRICE_SCALE_MICRO),
-        "enterprise": 1.0 if node.tier == Tier.ENTERPRISE.value else 0.0,
+        "enterprise": 1.0 if enterprise else 0.0,
     }
 
 

@@ -32,6 +32,7 @@ class Counts:
     nodes_online: int  # heard from recently and listed (online or busy)
     nodes_total: int
     mails_waiting: int
+    mails_failed: int  # given up, each with its reason: an admin passes it on by hand
 
 
 async def _count(session: AsyncSession, *where: object, table: type) -> int:
@@ -42,9 +43,12 @@ async def _count(session: AsyncSession, *where: object, table: type) -> int:
 
 
 async def applications_by_status(session: AsyncSession) -> dict[str, int]:
-    """How many provider applications each status holds (a status with none is absent)."""
+    """How many provider applications each status holds (a status with none is absent);
+    an application counts once its email is confirmed."""
     rows = await session.execute(
-        select(ProviderApplicationRow.status, func.count()).group_by(ProviderApplicationRow.status)
+        select(ProviderApplicationRow.status, func.count())
+        .where(ProviderApplicationRow.email_confirmed_at.is_not(None))
+        .group_by(ProviderApplicationRow.status)
     )
     return {status: int(count) for status, count in rows.all()}
 
@@ -58,6 +62,7 @@ async def counts(session: AsyncSession, now: datetime, settings: Settings) -> Co
         tenant_applications_pending=await _count(
             session,
             TenantApplicationRow.status == TenantApplicationStatus.PENDING.value,
+            TenantApplicationRow.email_confirmed_at.is_not(None),
             table=TenantApplicationRow,
         ),
         tenants=await _count(session, table=TenantRow),
@@ -67,11 +72,22 @@ async def counts(session: AsyncSession, now: datetime, settings: Settings) -> Co
         ),
         nodes_total=await _count(session, table=NodeRow),
         mails_waiting=await mails_waiting(session),
+        mails_failed=await mails_failed(session),
     )
 
 
 async def mails_waiting(session: AsyncSession) -> int:
-    return await _count(session, OutboxMailRow.sent_at.is_(None), table=OutboxMailRow)
+    """Not sent yet and still tried (a mail given up is counted by `mails_failed`)."""
+    return await _count(
+        session,
+        OutboxMailRow.sent_at.is_(None),
+        OutboxMailRow.failed_at.is_(None),
+        table=OutboxMailRow,
+    )
+
+
+async def mails_failed(session: AsyncSession) -> int:
+    return await _count(session, OutboxMailRow.failed_at.is_not(None), table=OutboxMailRow)
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,24 @@
 """Provider applications and their review (SPEC §3.1, §3.5), each decision mailed.
 
-    submit ─▶ pending ─┬─ approve (tier) ─▶ approved: a provider account and a claim link
-                       ├─ reject (reason) ─▶ rejected
-                       └─ request info ──▶ info_requested ── amend ──▶ pending
+    submit ─▶ unconfirmed ── confirm (the mailed link) ──▶ pending ─┬─ approve (tier) ─▶ approved
+                                                                 ├─ reject (reason) ─▶ rejected
+                                                                 └─ request info ─▶ info_requested
+    info_requested ── amend ──▶ pending
 
-The applicant's private status link carries the application's id sealed by the
-coordinator (`UrlSigner.seal`): every mail can repeat it, and nothing is stored. The
-mail for each decision is queued in the decision's own transaction (`outbox`).
+An application counts only once its email is confirmed: until then admins do not see
+it, it blocks no one, and after `UNCONFIRMED_KEEP_DAYS` it is deleted. So anyone may
+apply with any email and learns nothing of that email's other applications (submitting
+answers the same either way); only the owner of the email, holding the link mailed to
+it, hears that it already has an application under review.
+
+The links (confirm, status) carry the application's id sealed by the coordinator
+(`UrlSigner.seal`), each for its own purpose: every mail can repeat them, and nothing is
+stored. The mail for each step is queued in the step's own transaction (`outbox`).
 """
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,16 +30,21 @@ from gpu_share.coordinator.core.signing import UrlSigner
 from gpu_share.coordinator.services.accounts.accounts import issue_key
 from gpu_share.coordinator.services.mail import mails, outbox
 from gpu_share.coordinator.services.nodes import gpu_catalog
-from gpu_share.coordinator.services.providers.providers import issue_enrollment_token
+from gpu_share.coordinator.services.providers import enrollment_tokens
 from gpu_share.protocol import provider_applications as wire
 from gpu_share.protocol.accounts import Role
+from gpu_share.protocol.common import ApplicationSubmitted
 from gpu_share.protocol.nodes import Tier
 
 STATUS_TOKEN_PREFIX = "gpu_st_"  # noqa: S105 (a prefix, not a secret)
 STATUS_PURPOSE = "application-status"
+CONFIRM_TOKEN_PREFIX = "gpu_cf_"  # noqa: S105
+CONFIRM_PURPOSE = "provider-application-email"
+UNCONFIRMED_KEEP_DAYS = 7
 CLAIM_TOKEN_PREFIX = "gpu_ct_"  # noqa: S105
 CLAIM_VALID_DAYS = 14
 OPEN = [s.value for s in wire.ApplicationStatus if s.open]
+CONFIRMED = ProviderApplicationRow.email_confirmed_at.is_not(None)
 
 
 def to_wire(row: ProviderApplicationRow) -> wire.ProviderApplication:
@@ -90,40 +102,96 @@ def status_url(base_url: str, signer: UrlSigner, application_id: str) -> str:
     return f"{base_url}/apply/status/{status_token(signer, application_id)}"
 
 
+def confirm_url(base_url: str, signer: UrlSigner, application_id: str) -> str:
+    token = CONFIRM_TOKEN_PREFIX + signer.seal(CONFIRM_PURPOSE, application_id)
+    return f"{base_url}/apply/confirm/{token}"
+
+
 async def submit(
     session: AsyncSession,
     body: wire.ProviderApplicationCreate,
     now: datetime,
     base_url: str,
     signer: UrlSigner,
-) -> wire.ApplicationReceipt:
+) -> ApplicationSubmitted:
+    """Keep the application, unconfirmed, and mail its email the link that confirms it.
+
+    Nothing here looks at other applications: the answer, and the time it takes, are
+    the same whatever this email applied for before."""
     _check_models(body)
-    email = _normal_email(body.email)
-    await _refuse_second_open(session, email)
     row = ProviderApplicationRow(
         id=new_id("papp"),
         status=wire.ApplicationStatus.PENDING.value,
         created_at=now,
         updated_at=now,
+        email_confirmed_at=None,
         **_columns(body),
     )
     session.add(row)
-    try:
-        await session.flush()
-    except IntegrityError:  # the same email, at the same moment, elsewhere
-        raise _second_open() from None
-    url = status_url(base_url, signer, row.id)
-    await outbox.enqueue(session, f"{row.id}:received", mails.received(row, url), now)
-    return wire.ApplicationReceipt(
-        **to_wire(row).model_dump(), status_token=status_token(signer, row.id), status_url=url
+    await session.flush()
+    url = confirm_url(base_url, signer, row.id)
+    return await mails.ask_to_confirm(
+        session, row.id, row.email, "to provide GPUs", url, UNCONFIRMED_KEEP_DAYS, now
     )
 
 
-async def _refuse_second_open(session: AsyncSession, email: str, *, but: str = "") -> None:
+async def confirm(
+    session: AsyncSession, signer: UrlSigner, token: str, now: datetime, base_url: str
+) -> wire.ApplicationReceipt:
+    """The applicant opened the mailed link: the application counts from now on, unless
+    this email already has one under review. Opening the link again answers the same."""
+    application_id = signer.unseal_token(CONFIRM_TOKEN_PREFIX, CONFIRM_PURPOSE, token)
+    row = await session.get(ProviderApplicationRow, application_id) if application_id else None
+    if row is None or (row.email_confirmed_at is None and _expired(row.created_at, now)):
+        raise NotFound(
+            "this link is not valid or has expired (an application not confirmed within "
+            f"{UNCONFIRMED_KEEP_DAYS} days is deleted); apply again"
+        )
+    if row.email_confirmed_at is None:
+        await _refuse_second_open(session, row.email, but=row.id)
+        try:
+            done = await session.execute(
+                update(ProviderApplicationRow)
+                .where(
+                    ProviderApplicationRow.id == row.id,
+                    ProviderApplicationRow.email_confirmed_at.is_(None),
+                )
+                .values(email_confirmed_at=now, updated_at=now)
+            )
+        except IntegrityError:  # another of this email's, confirmed at the same moment
+            raise _second_open() from None
+        await session.refresh(row)
+        if done.rowcount == 1:  # type: ignore[attr-defined]
+            url = status_url(base_url, signer, row.id)
+            await outbox.enqueue(session, f"{row.id}:received", mails.received(row, url), now)
+    return wire.ApplicationReceipt(
+        **to_wire(row).model_dump(),
+        status_token=status_token(signer, row.id),
+        status_url=status_url(base_url, signer, row.id),
+    )
+
+
+def _expired(created_at: datetime, now: datetime) -> bool:
+    return created_at <= now - timedelta(days=UNCONFIRMED_KEEP_DAYS)
+
+
+async def forget_unconfirmed(session: AsyncSession, now: datetime) -> int:
+    """Delete the applications whose email was not confirmed in time; how many."""
+    gone = await session.execute(
+        delete(ProviderApplicationRow).where(
+            ProviderApplicationRow.email_confirmed_at.is_(None),
+            ProviderApplicationRow.created_at <= now - timedelta(days=UNCONFIRMED_KEEP_DAYS),
+        )
+    )
+    return int(gone.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def _refuse_second_open(session: AsyncSession, email: str, *, but: str) -> None:
     existing = await session.scalar(
         select(ProviderApplicationRow.id).where(
             ProviderApplicationRow.email == email,
             ProviderApplicationRow.status.in_(OPEN),
+            CONFIRMED,
             ProviderApplicationRow.id != but,
         )
     )
@@ -133,8 +201,8 @@ async def _refuse_second_open(session: AsyncSession, email: str, *, but: str = "
 
 def _second_open() -> Conflict:
     return Conflict(
-        "an application for this email is already under review; follow it with the status "
-        "link you received (or the mail we sent), instead of applying again"
+        "this email already has an application under review; follow it with the status "
+        "link in the mail we sent when it was confirmed, instead of applying again"
     )
 
 
@@ -146,7 +214,7 @@ async def by_status_token(
     )
     application_id = signer.unseal(STATUS_PURPOSE, sealed)
     row = await session.get(ProviderApplicationRow, application_id) if application_id else None
-    if row is None:
+    if row is None or row.email_confirmed_at is None:
         raise NotFound("no application has this status link; check the link in your mail")
     return row
 
@@ -166,8 +234,11 @@ async def amend(
             "while more information is requested"
         )
     _check_models(body)
-    email = _normal_email(body.email)
-    await _refuse_second_open(session, email, but=row.id)
+    if _normal_email(body.email) != row.email:
+        # the email was confirmed; another one would be unconfirmed (and could be anyone's)
+        raise field_error(
+            "email", f"stays {row.email} on this application; to use another, apply again"
+        )
     done = await session.execute(
         update(ProviderApplicationRow)
         .where(
@@ -185,7 +256,13 @@ async def amend(
 async def list_applications(
     session: AsyncSession, status: wire.ApplicationStatus | None, limit: int = 200
 ) -> list[wire.ProviderApplication]:
-    query = select(ProviderApplicationRow).order_by(ProviderApplicationRow.id.desc()).limit(limit)
+    """The applications to review: those whose email is confirmed."""
+    query = (
+        select(ProviderApplicationRow)
+        .where(CONFIRMED)
+        .order_by(ProviderApplicationRow.id.desc())
+        .limit(limit)
+    )
     if status is not None:
         query = query.where(ProviderApplicationRow.status == status.value)
     return [to_wire(row) for row in (await session.scalars(query)).all()]
@@ -197,7 +274,7 @@ async def get(session: AsyncSession, application_id: str) -> wire.ProviderApplic
 
 async def _row(session: AsyncSession, application_id: str) -> ProviderApplicationRow:
     row = await session.get(ProviderApplicationRow, application_id)
-    if row is None:
+    if row is None or row.email_confirmed_at is None:  # not an application yet
         raise NotFound(f"provider application {application_id} does not exist")
     return row
 
@@ -307,7 +384,7 @@ async def request_info(
 
 
 async def claim(
-    session: AsyncSession, token: str, now: datetime, base_url: str
+    session: AsyncSession, token: str, now: datetime, base_url: str, *, token_lifetime: timedelta
 ) -> wire.ProviderClaim:
     """The approved provider's first visit: their key and enrollment token, once."""
     provider = await session.scalar(
@@ -330,7 +407,7 @@ async def claim(
     if done.rowcount != 1:  # type: ignore[attr-defined]
         raise Conflict("this claim link was used already")
     _, api_key = await issue_key(session, Role.PROVIDER, now, provider_id=provider.id)
-    enrollment = await issue_enrollment_token(session, provider.id, now)
+    _, enrollment = await enrollment_tokens.issue(session, provider.id, now, token_lifetime)
     return wire.ProviderClaim(
         provider_id=provider.id,
         api_key=api_key,

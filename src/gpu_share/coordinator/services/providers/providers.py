@@ -1,15 +1,15 @@
-"""Providers and the enrollment tokens their agents register with."""
+"""Providers: the accounts behind the machines (their tokens: `enrollment_tokens`)."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core import keys
-from gpu_share.coordinator.core.errors import NotFound, Unauthorized
+from gpu_share.coordinator.core.errors import NotFound
 from gpu_share.coordinator.core.ids import new_id
-from gpu_share.coordinator.core.orm import EnrollmentTokenRow, ProviderRow
+from gpu_share.coordinator.core.orm import ProviderRow
 from gpu_share.coordinator.services.accounts.accounts import issue_key
+from gpu_share.coordinator.services.providers import enrollment_tokens
 from gpu_share.protocol.accounts import Role
 from gpu_share.protocol.nodes import Tier
 from gpu_share.protocol.providers import Provider, ProviderCreate, ProviderWithCredentials
@@ -22,7 +22,7 @@ def to_wire(row: ProviderRow) -> Provider:
 
 
 async def create_provider(
-    session: AsyncSession, body: ProviderCreate, now: datetime
+    session: AsyncSession, body: ProviderCreate, now: datetime, *, token_lifetime: timedelta
 ) -> ProviderWithCredentials:
     row = ProviderRow(
         id=new_id("prv"), name=body.name, email=body.email, tier=body.tier.value, created_at=now
@@ -30,26 +30,10 @@ async def create_provider(
     session.add(row)
     await session.flush()
     _, api_key = await issue_key(session, Role.PROVIDER, now, provider_id=row.id)
-    token = await issue_enrollment_token(session, row.id, now)
+    _, token = await enrollment_tokens.issue(session, row.id, now, token_lifetime)
     return ProviderWithCredentials(
         **to_wire(row).model_dump(), api_key=api_key, enrollment_token=token
     )
-
-
-async def issue_enrollment_token(session: AsyncSession, provider_id: str, now: datetime) -> str:
-    token = keys.ENROLLMENT_PREFIX + keys.generate_secret()
-    session.add(
-        EnrollmentTokenRow(
-            id=new_id("enr"),
-            provider_id=provider_id,
-            token_hash=keys.hash_key(token),
-            prefix=keys.display_prefix(token),
-            created_at=now,
-            revoked_at=None,
-        )
-    )
-    await session.flush()
-    return token
 
 
 async def get(session: AsyncSession, provider_id: str) -> Provider:
@@ -62,14 +46,3 @@ async def get(session: AsyncSession, provider_id: str) -> Provider:
 async def list_providers(session: AsyncSession) -> list[Provider]:
     rows = (await session.scalars(select(ProviderRow).order_by(ProviderRow.id))).all()
     return [to_wire(row) for row in rows]
-
-
-async def provider_for_enrollment(session: AsyncSession, token: str) -> ProviderRow:
-    row = await session.scalar(
-        select(EnrollmentTokenRow).where(EnrollmentTokenRow.token_hash == keys.hash_key(token))
-    )
-    if row is None or row.revoked_at is not None:
-        raise Unauthorized("enrollment token is unknown or revoked; ask the platform admin")
-    provider = await session.get(ProviderRow, row.provider_id)
-    assert provider is not None  # foreign key
-    return provider

@@ -44,6 +44,7 @@ from gpu_share.coordinator.services.nodes.placement import stored_reliability
 from gpu_share.coordinator.services.nodes.presence import bucket_of
 from gpu_share.coordinator.services.nodes.schedules import open_intervals, parse_availability
 from gpu_share.coordinator.services.providers.reliability_formula import (
+    NEUTRAL,
     PROVIDER_SIDE,
     STEP_SEC,
     BenchmarkScores,
@@ -56,6 +57,7 @@ from gpu_share.coordinator.services.providers.reliability_formula import (
     point,
     score,
     series,
+    starting_score,
     step_start,
 )
 from gpu_share.protocol.invokes import InvokeStatus
@@ -78,6 +80,7 @@ class NodeFacts:
     hostname: str
     registered_at: datetime
     availability: Availability
+    start: float = NEUTRAL  # the score it started from (`starting_score`)
 
 
 def _hour(column: Any, dialect: str) -> Label[int]:
@@ -98,6 +101,7 @@ async def node_facts(session: AsyncSession, *where: ColumnElement[bool]) -> list
             NodeRow.hostname,
             NodeRow.registered_at,
             NodeRow.availability,
+            NodeRow.reliability,
         )
         .where(*where)
         .order_by(NodeRow.registered_at, NodeRow.id)
@@ -109,9 +113,25 @@ async def node_facts(session: AsyncSession, *where: ColumnElement[bool]) -> list
             r.hostname,
             r.registered_at,
             parse_availability(r.availability),
+            _start_of(stored_reliability(r.reliability)),
         )
         for r in rows
     ]
+
+
+def _start_of(published: Reliability | None) -> float:
+    """A node's start is kept with its published score (set at registration, carried by
+    every later one); a node scored before starts were kept started at `NEUTRAL`."""
+    return NEUTRAL if published is None or published.start is None else published.start
+
+
+def starting_reliability(provider: ProviderRow, registered_at: datetime) -> dict[str, Any]:
+    """The score a new node of `provider` is published with at registration, before the
+    reliability loop has seen it: its provider's published score (`starting_score`)."""
+    published = stored_reliability(provider.reliability)
+    start = starting_score(published.score if published is not None else None)
+    initial = score(NodeRecord(registered_at, start=start), registered_at)
+    return initial.model_dump(mode="json")
 
 
 async def load_records(
@@ -156,7 +176,9 @@ async def load_records(
             if values := benchmark_scores(scores):
                 runs[node_id].append(BenchmarkScores(at, values))
     return {
-        n.id: NodeRecord(n.registered_at, n.availability, online[n.id], outcomes[n.id], runs[n.id])
+        n.id: NodeRecord(
+            n.registered_at, n.availability, online[n.id], outcomes[n.id], runs[n.id], n.start
+        )
         for n in nodes
     }
 

@@ -12,7 +12,9 @@ Three components, each `1 - (bad + probation) / (evidence + cushion)`:
 Every piece of evidence is dated to the start of its UTC hour and weighs
 `0.5 ** (age / HALF_LIFE)`; nothing older than `LOOKBACK` counts. The cushion is clean
 evidence that never ages, the probation a bad share placed at registration that ages like
-evidence: a new node starts at `NEUTRAL`, and with nothing happening a score never falls.
+evidence: a new node starts at its `start` (its provider's published score when it
+registered, `NEUTRAL` when the provider had none), and with nothing happening a score never
+falls.
 `services/providers/reliability.py` reads the records from the database and publishes the scores.
 """
 
@@ -39,7 +41,7 @@ from gpu_share.protocol.schedules import Availability
 HALF_LIFE = timedelta(days=7)
 LOOKBACK = timedelta(days=30)
 STEP_SEC = 3600  # evidence is dated to the start of its UTC hour
-NEUTRAL = 0.9  # a new node's score, and each component's
+NEUTRAL = 0.9  # a new node's score and each component's, when its provider has no score
 WEIGHTS = {"uptime": 0.4, "completion": 0.4, "stability": 0.2}
 UPTIME_CUSHION_HOURS = 24.0
 COMPLETION_CUSHION_JOBS = 5.0
@@ -51,7 +53,14 @@ DROP_TOLERANCE = 0.05  # a benchmark this much below the first run is noise, not
 # inputs, limits or choice (a runtime error or out-of-memory cannot be told apart from a
 # broken model). The rest are answers to API calls, never a job's end. A test checks
 # that every ErrorCode is in exactly one.
-PROVIDER_SIDE = frozenset({ErrorCode.LEASE_EXPIRED, ErrorCode.NODE_LOST, ErrorCode.AGENT_ERROR})
+PROVIDER_SIDE = frozenset(
+    {
+        ErrorCode.LEASE_EXPIRED,
+        ErrorCode.NODE_LOST,
+        ErrorCode.AGENT_ERROR,
+        ErrorCode.NODE_QUARANTINED,  # caught returning wrong results (docs/trust.md)
+    }
+)
 TENANT_SIDE = frozenset(
     {
         ErrorCode.INVALID_MODEL,
@@ -111,13 +120,15 @@ class BenchmarkScores:
 @dataclass(frozen=True)
 class NodeRecord:
     """What a node's score is made of. `online` maps each UTC hour (its start) to the
-    number of ended 5-minute buckets in it that were inside the windows and had a heartbeat."""
+    number of ended 5-minute buckets in it that were inside the windows and had a heartbeat.
+    `start` is the score it started from (`starting_score`)."""
 
     registered_at: datetime
     availability: Availability = field(default_factory=Availability)
     online: Mapping[datetime, int] = field(default_factory=dict)
     outcomes: Sequence[JobOutcome] = ()
     benchmarks: Sequence[BenchmarkScores] = ()
+    start: float = NEUTRAL
 
     @cached_property
     def online_steps(self) -> dict[int, int]:
@@ -179,10 +190,20 @@ def _observed(record: NodeRecord, now: datetime) -> tuple[datetime, datetime]:
     return max(bucket_of(record.registered_at), lookback_start(now)), bucket_of(now)
 
 
+def starting_score(provider_score: float | None) -> float:
+    """Where a new node starts: at its provider's published score, so a provider's record
+    follows it onto new machines (a fresh node id resets nothing); `NEUTRAL` for a
+    provider without one (its first machine)."""
+    if provider_score is None or not math.isfinite(provider_score):
+        return NEUTRAL
+    return min(1.0, max(0.0, provider_score))
+
+
 def _component(
-    bad: float, evidence: float, cushion: float, registered_at: datetime, now: datetime
+    bad: float, evidence: float, cushion: float, record: NodeRecord, now: datetime
 ) -> float:
-    probation = cushion * (1 - NEUTRAL) * weight((now - registered_at).total_seconds())
+    age = (now - record.registered_at).total_seconds()
+    probation = cushion * (1 - record.start) * weight(age)
     return min(1.0, max(0.0, 1 - (bad + probation) / (evidence + cushion)))
 
 
@@ -206,7 +227,7 @@ def uptime(
             weighted += w * due * _BUCKET_HOURS
             offline += w * (due - up) * _BUCKET_HOURS
         w *= older  # an hour further back
-    value = _component(offline, weighted, UPTIME_CUSHION_HOURS, record.registered_at, now)
+    value = _component(offline, weighted, UPTIME_CUSHION_HOURS, record, now)
     return value, UptimeEvidence(
         hours_in_windows=round(hours, 3),
         hours_online=round(online_hours, 3),
@@ -237,9 +258,7 @@ def completion(record: NodeRecord, now: datetime) -> tuple[float, CompletionEvid
             failures += ended.count
             weighted_failures += w
             last_failure = max(last_failure or ended.at, ended.at)
-    value = _component(
-        weighted_failures, weighted, COMPLETION_CUSHION_JOBS, record.registered_at, now
-    )
+    value = _component(weighted_failures, weighted, COMPLETION_CUSHION_JOBS, record, now)
     return value, CompletionEvidence(
         jobs_counted=jobs,
         jobs_completed=jobs - failures,
@@ -276,7 +295,7 @@ def stability(record: NodeRecord, now: datetime) -> tuple[float, StabilityEviden
         weighted += w
         weighted_drop += w * fell
         drops.append(fell)
-    value = _component(weighted_drop, weighted, STABILITY_CUSHION_RUNS, record.registered_at, now)
+    value = _component(weighted_drop, weighted, STABILITY_CUSHION_RUNS, record, now)
     return value, StabilityEvidence(
         runs_counted=counted,
         baseline_at=runs[0].at if runs and baseline else None,
@@ -306,6 +325,7 @@ def score(
         half_life_days=HALF_LIFE / timedelta(days=1),
         lookback_days=LOOKBACK / timedelta(days=1),
         computed_at=now,
+        start=round(record.start, 6),
     )
 
 

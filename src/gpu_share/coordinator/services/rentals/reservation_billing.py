@@ -98,13 +98,13 @@ async def _settle(
         "ended_at": held_until.isoformat(),
         "downtime_seconds": downtime_seconds,
     }
-    await ledger.post(
+    await billing.post_charge(
         session,
         cause=settle_cause(row.id),
-        kind=TransactionKind.CHARGE,
-        entries=billing.charge_entries(tenant, node.provider_id, reserved, cost, commission),
-        now=now,
+        node=node,
+        from_reserve=reserved,
         details=details,
+        now=now,
     )
 
 

@@ -2,7 +2,8 @@
 one node held for one tenant for a period of whole hours. This module books them.
 
 - Which node: the one named, or the best ranked node that meets the filters, by the
-  same eligibility as placement (`placement.unmet`, at the period's start), online now,
+  same eligibility as placement (`placement.unmet`, at the period's start; only verified
+  GPUs count, and with `require_verified` only verified nodes), online now,
   inside its provider's windows for the whole period, with `gpus` listed GPUs that no
   other reservation holds at any moment of the period. The node's row is locked while
   that is checked and the reservation written, so two overlapping requests at once
@@ -152,6 +153,8 @@ def _requirements(body: ReservationRequest, node: NodeRow) -> list[Requirements]
             tier=body.tier.value if body.tier else None,
             max_price_micro=int(body.max_price * MICRO) if body.max_price is not None else None,
             min_reliability=body.min_reliability,
+            require_verified=body.require_verified,
+            verified_gpus=True,  # a reservation rents GPUs as their model: proven ones only
         )
         for runtime in nodes.known(node)
         if runtime.needs_gpu
@@ -264,6 +267,13 @@ def _node_refused(node_id: str, missed: str, body: ReservationRequest) -> Valida
         )
     elif missed == "runtime":
         why = f"node {node_id} serves no GPU runtime; reserve a GPU node"
+    elif missed == "verified":
+        why = (
+            f"node {node_id}'s hardware is not proven by a hardware challenge yet "
+            f"(docs/trust.md): it has fewer than {body.gpus} verified GPUs that meet the "
+            "request, or, with require_verified, GPUs not verified; reserve it once "
+            "GET /v1/nodes shows it verified, or pick another node"
+        )
     else:
         why = f"node {node_id} does not meet {missed}; relax it or pick another node"
     return ValidationFailed(why, details={"constraint": missed, "node_id": node_id})
@@ -303,8 +313,9 @@ async def plan(
             furthest = max(
                 (m for m in misses.values() if m), key=CONSTRAINTS.index, default="online"
             )
+            what = "verified hardware" if furthest == "verified" else furthest
             raise Unavailable(
-                f"no online node meets {furthest} for {body.gpus} GPU(s) over the period; "
+                f"no online node meets {what} for {body.gpus} GPU(s) over the period; "
                 "relax the filters, ask for fewer GPUs or pick another period",
                 code=ErrorCode.NO_CAPACITY,
                 details={"constraint": furthest},

@@ -447,8 +447,10 @@ class Sessions:
     # Upkeep
 
     async def maintain(self) -> None:
-        """Close idle sessions, flush counters, and fail open sessions no replica holds."""
+        """Close idle sessions, flush counters, end those on quarantined nodes, and fail
+        open sessions no replica holds."""
         now = self.clock.now()
+        await self._end_quarantined(now)
         for live in list(self.hub.idle()):
             await self._finish(
                 live.id,
@@ -492,6 +494,38 @@ class Sessions:
                     },
                 )
         await self._bill_held(now)
+
+    async def _end_quarantined(self, now: datetime) -> None:
+        """Sessions held here on a node caught returning wrong results end at once, with
+        NODE_QUARANTINED (docs/trust.md); the tenant pays nothing for their last interval."""
+        held = {live.id: live.node_id for live in self.hub.held()}
+        if not held:
+            return
+        async with self.db.read() as session:
+            barred = set(
+                (
+                    await session.scalars(
+                        select(NodeRow.id).where(
+                            NodeRow.id.in_(sorted(set(held.values()))),
+                            NodeRow.quarantined_at.is_not(None),
+                        )
+                    )
+                ).all()
+            )
+        for session_id, node_id in held.items():
+            if node_id not in barred:
+                continue
+            await self._finish(
+                session_id,
+                SessionStatus.FAILED,
+                now,
+                SessionError(
+                    code=ErrorCode.NODE_QUARANTINED,
+                    message="ended: its node was quarantined after returning wrong results; "
+                    "open a new session",
+                ),
+            )
+            await self.hub.close(session_id, "node quarantined", status=SessionStatus.FAILED)
 
     async def _bill_held(self, now: datetime) -> None:
         """Charge the sessions held here as they go; close those the balance no longer

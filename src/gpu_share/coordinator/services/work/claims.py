@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BindParameter, Select, bindparam, case, select, true, update
+from sqlalchemy import BindParameter, Select, bindparam, case, exists, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from gpu_share.coordinator.core.errors import NotFound
-from gpu_share.coordinator.core.orm import ArtifactRow, InvokeRow, NodeRow, TenantRow
+from gpu_share.coordinator.core.orm import ArtifactRow, InvokeRow, NodeRow, ProviderRow, TenantRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
 from gpu_share.coordinator.services.artifacts.artifacts import artifact_url
@@ -30,14 +31,17 @@ from gpu_share.coordinator.services.nodes.placement import (
     node_listed,
     serves,
 )
+from gpu_share.coordinator.services.nodes.trusted import TrustRule, is_trusted
 from gpu_share.coordinator.services.work import (
     gpu_assignment,
     invoke_state,
     memory_fit,
     node_load,
+    preemption,
     reservation_holds,
 )
 from gpu_share.coordinator.services.work.invoke_state import Lease
+from gpu_share.coordinator.services.work.invokes import outputs_artifact_id
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import InvokeStatus, OutputsUpload, Priority
@@ -72,21 +76,27 @@ async def claim(
     better node that went away never holds work up). `polling_until`: this node waits
     until then if nothing comes, and rivals see it as waiting.
     """
-    node = await session.get(NodeRow, node_id)
-    if node is None:
+    found = (await session.execute(_node_and_provider(), {"node_id": node_id})).one_or_none()
+    if found is None:
         raise NotFound(f"node {node_id} does not exist")
+    node, provider_suspended_at = found
     node.last_seen_at = now
-    if not node_listed(node) or not in_window(node, now):
+    # Quarantined (`node_listed`) or its provider suspended: no work (docs/trust.md).
+    if provider_suspended_at is not None or not node_listed(node) or not in_window(node, now):
         return []
     load = await node_load.load_of(session, node_id, now)
     free = min(request.slots, node.max_concurrent_jobs - load.running)
     if free <= 0:
         return []
     queued = InvokeRow.status == InvokeStatus.QUEUED.value
+    # Spot checks of other nodes' jobs (docs/trust.md) go to trusted nodes only, never to
+    # the node that ran the job checked.
+    checker = is_trusted(node, TrustRule.of(ctx.settings))
     # Look without locking, then lock only what this node can take: locking every
     # candidate would write a row lock on each and make other agents skip them.
     peek = await session.execute(
-        _fair_candidates(session.get_bind().dialect.name), {"runtimes": node.runtimes}
+        _fair_candidates(session.get_bind().dialect.name, checker),
+        {"runtimes": node.runtimes, "node_id": node_id} if checker else {"runtimes": node.runtimes},
     )
     # GPU jobs share the node's memory with the sessions it holds (SPEC §4.1).
     free_vram_mb = memory_fit.gpu_memory_mb(node) - load.session_mb
@@ -108,6 +118,24 @@ async def claim(
     reserved = reservation_holds.off_limits(node, holds, None)
     # Reservations booked here that start later: their GPUs must be free at the start.
     upcoming = load.upcoming
+    # On-demand work placed here for a preemption (`preemption`): leased next, on the room
+    # the spot work stopped for it leaves; its GPUs and slots go to nobody else meanwhile.
+    placed = await preemption.placed_on(session, node_id)
+    saved = {int(i) for p in placed for i in p.gpu_indices or []}
+    ahead: list[str] = []
+    for p in placed:
+        req = Requirements.from_parts(p.runtime, p.gpus, p.constraints)
+        soon = reservation_holds.needed_soon(upcoming, p.priority, p.timeout_sec, now)
+        others = saved - {int(i) for i in p.gpu_indices or []}
+        if (
+            p.gpus <= request.free_gpus
+            and serves(node, req, now)
+            and memory_fit.gpu_job_fits(req.runtime, req.min_vram_mb, free_vram_mb)
+            and gpu_assignment.choose(node, req, held | reserved | soon | others, agent_free)
+            is not None
+        ):
+            ahead.append(p.id)
+    placed_ids = {p.id for p in placed}
     fitting: list[tuple[str, str, Requirements, datetime]] = []
     for (
         invoke_id,
@@ -119,13 +147,16 @@ async def claim(
         priority,
         timeout_sec,
     ) in peek.all():
+        if invoke_id in placed_ids:
+            continue  # placed here: `ahead` when it fits
         req = Requirements.from_parts(runtime, gpus, constraints)
         soon = reservation_holds.needed_soon(upcoming, priority, timeout_sec, now)
+        taken = held | reserved | soon | saved
         if (
             gpus <= request.free_gpus
             and serves(node, req, now)
             and memory_fit.gpu_job_fits(req.runtime, req.min_vram_mb, free_vram_mb)
-            and gpu_assignment.choose(node, req, held | reserved | soon, agent_free) is not None
+            and gpu_assignment.choose(node, req, taken, agent_free) is not None
         ):
             fitting.append((invoke_id, tenant_id, req, created_at))
     # Who else is waiting matters only when something fits: an empty queue is the common
@@ -138,7 +169,7 @@ async def claim(
         # a better ranked node waiting for exactly this gets it, for a moment
         if created_at <= grace or not any(_can_take(rival, req, now) for rival in rivals)
     ]
-    order = {invoke_id: n for n, invoke_id in enumerate([*first, *_round_robin(eligible)])}
+    order = {invoke_id: n for n, invoke_id in enumerate([*first, *ahead, *_round_robin(eligible)])}
     if not order:
         node.polling_until = polling_until
         node.poll_free_slots, node.poll_free_gpus = free, request.free_gpus
@@ -154,17 +185,24 @@ async def claim(
     jobs: list[wire.LeasedJob] = []
     served: set[str] = set()
     free_gpus = request.free_gpus
+    waiting_placed = len(placed)  # slots held for placed work not leased yet
     for row in sorted(locked, key=lambda row: order[row.id]):
         if len(jobs) >= free:
             break
+        if row.id not in placed_ids and len(jobs) + waiting_placed >= free:
+            continue  # what is left is the placed work's
         req = Requirements.of(row)
         if not serves(node, req, now) or row.gpus > free_gpus:
             continue
+        if row.check_of is not None and not checker:
+            continue  # the candidates hold none for it: never for lack of that read
         off_limits = reservation_holds.off_limits(node, holds, row.reservation_id)
         if row.reservation_id is None:
             off_limits |= reservation_holds.needed_soon(
                 upcoming, row.priority, row.timeout_sec, now
             )
+        own = set(row.gpu_indices or []) if row.id in placed_ids else set()
+        off_limits |= saved - {int(i) for i in own}
         indices = gpu_assignment.choose(node, req, held | off_limits, agent_free)
         if indices is None:
             continue  # an earlier job of this claim took the GPUs it could have had
@@ -173,9 +211,12 @@ async def claim(
         )
         if job is not None:
             jobs.append(job)
-            served.add(row.tenant_id)
+            if row.check_of is None:  # a check is the platform's: the tenant keeps its turn
+                served.add(row.tenant_id)
             free_gpus -= row.gpus
             held.update(indices)
+            if row.id in placed_ids:
+                waiting_placed -= 1
     await _mark_served(session, served, now)
     node.polling_until = None if jobs else polling_until
     return jobs
@@ -222,9 +263,22 @@ async def _mark_served(session: AsyncSession, tenant_ids: set[str], now: datetim
 
 
 @functools.cache
-def _fair_candidates(dialect: str) -> Select[Any]:
+def _node_and_provider() -> Select[NodeRow, datetime | None]:
+    """The claiming node and whether its provider is suspended, in one statement for
+    `:node_id`; built once."""
+    return (
+        select(NodeRow, ProviderRow.suspended_at)
+        .join(ProviderRow, ProviderRow.id == NodeRow.provider_id)
+        .where(NodeRow.id == bindparam("node_id"))
+    )
+
+
+@functools.cache
+def _fair_candidates(dialect: str, checker: bool) -> Select[Any]:
     """The queued invokes a node serving `:runtimes` could look at, in fair-share order
     (module doc). Built once per dialect: building it cost a claim more than running it.
+    Spot checks are among them only for a `checker` (a trusted node), and never those
+    of a job that node `:node_id` ran itself.
 
     On PostgreSQL each tenant's own first few come from an index scan (a LATERAL join),
     so the cost follows the number of tenants with queued work, not the queue's length;
@@ -243,6 +297,15 @@ def _fair_candidates(dialect: str) -> Select[Any]:
     # A reservation's work is read apart (`reservation_holds.queued_work`): it runs on its
     # node only.
     queued = (InvokeRow.status == InvokeStatus.QUEUED.value) & InvokeRow.reservation_id.is_(None)
+    if checker:
+        checked = aliased(InvokeRow, name="checked")
+        queued &= InvokeRow.check_of.is_(None) | ~exists(
+            select(checked.id).where(
+                checked.id == InvokeRow.check_of, checked.node_id == bindparam("node_id")
+            )
+        )
+    else:
+        queued &= InvokeRow.check_of.is_(None)
     if dialect != "postgresql":
         return (
             select(*columns)
@@ -387,8 +450,10 @@ async def _lease(
         await billing.placed_rate(
             session, node, gpus=row.gpus, spot=row.priority == Priority.SPOT.value
         )
-        if billing.prepaid(ctx.settings) and row.reservation_id is None
-        else 0  # free billing, or a reservation's work (the reservation is billed): nothing
+        if billing.prepaid(ctx.settings) and row.reservation_id is None and row.check_of is None
+        # free billing, a reservation's work (the reservation is billed), a spot check (the
+        # platform's): nothing
+        else 0
     )
     if not await invoke_state.assign(
         session,
@@ -419,4 +484,28 @@ async def _lease(
         checkpoint=checkpoint,
         gpu_indices=gpu_indices or None,
         started=start,
+        evaluate=await _evaluated(session, row, now, ctx) if row.check_of is not None else None,
     )
+
+
+async def _evaluated(
+    session: AsyncSession, row: InvokeRow, now: datetime, ctx: LeaseContext
+) -> wire.EvaluatedOutputs | None:
+    """For a spot check of a training that ended done: the outputs its node returned, for
+    the trusted node to score (docs/trust.md). Inline, or the tenant's outputs artifact
+    its URL names; None when there is nothing of the tenant's to score (the check then
+    finds the outputs missing)."""
+    if RuntimeName(row.runtime).kind != "train" or row.check_of is None:
+        return None
+    checked = await session.get(InvokeRow, row.check_of)
+    if checked is None or checked.status != InvokeStatus.DONE.value or not checked.result:
+        return None
+    inline = checked.result.get("outputs_inline_base64")
+    if isinstance(inline, str) and inline:
+        return wire.EvaluatedOutputs(inline_base64=inline)
+    artifact_id = outputs_artifact_id(checked.result)
+    artifact = None if artifact_id is None else await session.get(ArtifactRow, artifact_id)
+    if artifact is None or artifact.tenant_id != checked.tenant_id:
+        return None
+    ref = await artifact_ref(session, "", artifact.id, None, now, ctx)
+    return None if ref is None else wire.EvaluatedOutputs(artifact=ref)

@@ -4,9 +4,18 @@
       │                   │                   │
       ├─cancel_queued     ├─ finish (agent: done, failed, timeout, canceled)
       └─fail_queued       ├─ end (coordinator: lease lost for good, overran, canceled)
-        (failed,          ├─ requeue ──▶ queued (lease expired, attempts left)
-         canceled)        └─ requeue_preempted ──▶ queued (spot work stopped for
+        (failed,          ├─ requeue ──▶ queued (lease expired, attempts left, or its
+         canceled)        │    node was quarantined)
+                          └─ requeue_preempted ──▶ queued (spot work stopped for
                               on-demand work: preemptions + 1, not an attempt lost)
+
+    done, failed, timeout ──replace_result──▶ done (a spot check caught its node: the
+                                              trusted node's result, docs/trust.md)
+
+Besides the statuses, the preemption marks (`preemption`): `request_preempt` and
+`withdraw_preempt` on a leased spot invoke, `place_for_preemption` and `unplace` on the
+queued on-demand invoke it is stopped for (its `node_id` and `gpu_indices` while it
+waits: a queued invoke has a node only so).
 
 A transition names the statuses it leaves from and, for a leased invoke, the
 lease (node and token) it must still hold. The UPDATE must touch exactly one row;
@@ -239,6 +248,47 @@ async def request_preempt(session: AsyncSession, lease: Lease, now: datetime) ->
     )
 
 
+async def withdraw_preempt(session: AsyncSession, lease: Lease) -> bool:
+    """The on-demand work it was to stop for no longer needs it (canceled, placed elsewhere,
+    no longer fitting): the spot invoke runs on as if never asked (PREEMPT → KEEP)."""
+    return await _transition(
+        session,
+        lease.invoke_id,
+        ACTIVE_VALUES,
+        {"preempt_requested_at": None},
+        *_held(lease),
+        InvokeRow.preempt_requested_at.is_not(None),
+    )
+
+
+async def place_for_preemption(
+    session: AsyncSession, invoke_id: str, node_id: str, gpu_indices: list[int]
+) -> bool:
+    """A queued on-demand invoke is placed on this node's GPUs (none for a CPU job) while
+    the spot work stopped for it makes room: it stays queued, and the node's claims give
+    it that room first and nobody else (`claims`; docs/placement.md, "Spot")."""
+    return await _transition(
+        session,
+        invoke_id,
+        [InvokeStatus.QUEUED.value],
+        {"node_id": node_id, "gpu_indices": gpu_indices or null()},
+        InvokeRow.priority == Priority.ON_DEMAND.value,
+        InvokeRow.reservation_id.is_(None),
+    )
+
+
+async def unplace(session: AsyncSession, invoke_id: str) -> bool:
+    """A queued invoke placed for a preemption is not any more (it runs elsewhere, or no
+    stop would make room now)."""
+    return await _transition(
+        session,
+        invoke_id,
+        [InvokeStatus.QUEUED.value],
+        {"node_id": None, "gpu_indices": null()},
+        InvokeRow.node_id.is_not(None),
+    )
+
+
 async def requeue_preempted(session: AsyncSession, lease: Lease, now: datetime) -> bool:
     """assigned/running → queued after a preemption: counted in `preemptions`, never
     against `max_attempts`. The progress the attempt kept (up to its last checkpoint,
@@ -290,6 +340,24 @@ async def end(
     """assigned/running → a verdict the coordinator reaches without its node."""
     return await _final(
         session, lease.invoke_id, ACTIVE_VALUES, _ended(status, code, message, now), *_held(lease)
+    )
+
+
+async def replace_result(session: AsyncSession, invoke_id: str, result: dict[str, Any]) -> bool:
+    """done/failed/timeout → done with another node's result: its own node was caught
+    returning wrong results or failures that were not (a spot check, docs/trust.md), and
+    the tenant gets what the trusted node computed. Nothing is settled again: what it
+    cost is refunded apart (`money.clawbacks`)."""
+    return await _transition(
+        session,
+        invoke_id,
+        [s.value for s in (InvokeStatus.DONE, InvokeStatus.FAILED, InvokeStatus.TIMEOUT)],
+        {
+            "status": InvokeStatus.DONE.value,
+            "result": result,
+            "error_code": None,
+            "error_message": None,
+        },
     )
 
 

@@ -23,6 +23,7 @@ from gpu_share.coordinator.core.errors import (
 from gpu_share.coordinator.core.ids import checked_cursor, new_id
 from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
+from gpu_share.coordinator.core.statuses import CHECK_CAME_BACK
 from gpu_share.coordinator.replica.notify import Channel, Notifier
 from gpu_share.coordinator.services.money import billing
 from gpu_share.coordinator.services.nodes import nodes
@@ -32,12 +33,13 @@ from gpu_share.coordinator.services.nodes.placement import (
     requirements_of,
     serves,
 )
-from gpu_share.coordinator.services.work import invoke_state, reservation_holds
+from gpu_share.coordinator.services.work import invoke_state, preemption, reservation_holds
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import (
     Invoke,
     InvokeCreate,
     InvokeError,
+    InvokeRefund,
     InvokeResult,
     InvokeStatus,
     Priority,
@@ -45,6 +47,27 @@ from gpu_share.protocol.invokes import (
 from gpu_share.protocol.runtimes import RuntimeName
 
 ARTIFACT_PATH = re.compile(r"^/v1/artifacts/(art_[0-9a-z]{26})/download/?$")
+# Where a result's outputs went, when the agent stored them on the platform (`job_files`).
+OUTPUTS_ARTIFACT = re.compile(r"/v1/artifacts/(art_[0-9a-z]{26})/download/?(?:\?.*)?$")
+
+
+def outputs_artifact_id(result: dict[str, object]) -> str | None:
+    """The artifact a stored result's `outputs_url` names, if it names one: as its node
+    sent it, so whose it is remains to be checked by whoever reads it."""
+    url = result.get("outputs_url")
+    found = OUTPUTS_ARTIFACT.search(url) if isinstance(url, str) else None
+    return found.group(1) if found else None
+
+
+def spot_checked(row: InvokeRow) -> bool:
+    """Its result was recomputed on a trusted node and compared, whatever it found."""
+    return row.check_state in CHECK_CAME_BACK
+
+
+def refund_of(row: InvokeRow) -> InvokeRefund | None:
+    if row.refunded_at is None:
+        return None
+    return InvokeRefund(at=row.refunded_at, reason=row.refund_reason)
 
 
 def to_wire(row: InvokeRow) -> Invoke:
@@ -76,6 +99,8 @@ def to_wire(row: InvokeRow) -> Invoke:
         cost=billing.cost_text(row.cost_micro),
         warnings=list(row.warnings or []),
         reservation_id=row.reservation_id,
+        spot_checked=spot_checked(row),
+        refund=refund_of(row),
     )
 
 
@@ -156,6 +181,11 @@ def no_capacity(req: Requirements, missing: str) -> Unavailable:
         why = "no node is online"
     elif missing == "runtime":
         why = f"no online node serves runtime {req.runtime.value}"
+    elif missing == "verified":
+        why = (
+            f"no online node that serves {req.runtime.value} has the hardware asked for proven "
+            "by a hardware challenge yet (docs/trust.md)"
+        )
     else:
         why = f"no online node that serves {req.runtime.value} meets {missing}"
     alternative = "; or try a *_cpu runtime" if req.runtime.needs_gpu else ""
@@ -169,9 +199,11 @@ def no_capacity(req: Requirements, missing: str) -> Unavailable:
 
 
 def request_hash(body: InvokeCreate) -> str:
-    # Without an unset max_cost or reservation_id, so keys used before they existed still
-    # match their invoke.
+    # Without an unset max_cost or reservation_id, nor require_verified at its default, so
+    # keys used before they existed still match their invoke.
     unset = {name for name in ("max_cost", "reservation_id") if getattr(body, name) is None}
+    if not body.require_verified:
+        unset.add("require_verified")
     dumped = body.model_dump(mode="json", exclude=unset or None)
     canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -341,7 +373,8 @@ async def _replay(session: AsyncSession, tenant_id: str, key: str, digest: str) 
 
 async def owned(session: AsyncSession, tenant_id: str, invoke_id: str) -> InvokeRow:
     row = await session.get(InvokeRow, invoke_id)
-    if row is None or row.tenant_id != tenant_id:
+    # A spot check (docs/trust.md) is the platform's, never the tenant's to see.
+    if row is None or row.tenant_id != tenant_id or row.check_of is not None:
         raise NotFound(f"invoke {invoke_id} does not exist")
     return row
 
@@ -374,7 +407,7 @@ async def list_for_tenant(
     limit: int,
     cursor: str | None,
 ) -> tuple[list[Invoke], str | None]:
-    query = select(InvokeRow).where(InvokeRow.tenant_id == tenant_id)
+    query = select(InvokeRow).where(InvokeRow.tenant_id == tenant_id, InvokeRow.check_of.is_(None))
     if status is not None:
         query = query.where(InvokeRow.status == status.value)
     if checked_cursor("inv", cursor):
@@ -384,15 +417,21 @@ async def list_for_tenant(
     return [to_wire(row) for row in rows[:limit]], next_cursor
 
 
-async def cancel(session: AsyncSession, tenant_id: str, invoke_id: str, now: datetime) -> Invoke:
-    """Queued → canceled at once; leased → ask the agent (it stops the job and reports)."""
+async def cancel(
+    session: AsyncSession, tenant_id: str, invoke_id: str, now: datetime, settings: Settings
+) -> Invoke:
+    """Queued → canceled at once; leased → ask the agent (it stops the job and reports).
+    Spot work stopping for a queued invoke placed on its node runs on (`preemption`)."""
     row = await owned(session, tenant_id, invoke_id)
     status = InvokeStatus(row.status)
     if status is InvokeStatus.CANCELED:
         return to_wire(row)
     if status.terminal:
         raise Conflict(f"invoke {invoke_id} already finished with status {status.value}")
-    if not await invoke_state.cancel_queued(session, invoke_id, now):
+    if await invoke_state.cancel_queued(session, invoke_id, now):
+        await session.refresh(row)
+        await preemption.withdraw_for_canceled(session, row, now, settings)
+    else:
         # leased meanwhile (or already): the node learns of it from its next heartbeat
         await invoke_state.request_cancel(session, invoke_id, now)
     await session.refresh(row)

@@ -3,7 +3,9 @@
 Both are stored as artifacts of the invoke's tenant (they are the tenant's data) and
 count against the tenant's quota like uploads: one that does not fit is refused with
 413 QUOTA_EXCEEDED, and the tenant can delete old outputs to make room. A checkpoint
-replaces the previous one; a requeued attempt is leased with the newest.
+must be one its runtime writes (`checkpoint_formats`: a preempted attempt is charged up
+to it), else 422 and nothing is stored; it replaces the previous one, and a requeued
+attempt is leased with the newest.
 """
 
 import contextlib
@@ -15,10 +17,11 @@ from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.errors import Conflict, NotFound
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.artifacts import artifacts
-from gpu_share.coordinator.services.work import leases
+from gpu_share.coordinator.services.work import checkpoint_formats, leases
 from gpu_share.coordinator.services.work.invoke_state import Lease
 from gpu_share.coordinator.storage import ArtifactStore
 from gpu_share.protocol.artifacts import Artifact, ArtifactKind
+from gpu_share.protocol.runtimes import RuntimeName
 
 
 @dataclass(frozen=True)
@@ -67,11 +70,13 @@ async def store_checkpoint(
     now: datetime,
     base_url: str,
 ) -> Artifact:
+    async with files.db.read() as session:
+        runtime = RuntimeName((await leases.leased_invoke(session, lease)).runtime)
     stored, tenant_id = await store(
         files,
         lease,
         ArtifactKind.CHECKPOINT,
-        chunks,
+        await checkpoint_formats.checked(runtime, chunks),
         content_sha256=content_sha256,
         now=now,
         base_url=base_url,

@@ -174,8 +174,8 @@ async def report_result(
     """Record the node's verdict exactly once, after the last log text it carries; a retry
     of the same report is answered the same."""
     row = await session.get(InvokeRow, lease.invoke_id, with_for_update=True)
-    if row is None:
-        raise NotFound(f"invoke {lease.invoke_id} does not exist")
+    if row is None:  # as stale as another node's lease: a node learns no invoke exists
+        raise _stale(lease.invoke_id)
     status = InvokeStatus(row.status)
     if status.terminal and row.lease_token == lease.token and row.node_id == lease.node_id:
         return status  # the agent retried a report that was already recorded

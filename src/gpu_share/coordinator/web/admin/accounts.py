@@ -7,11 +7,11 @@ from fastapi.responses import Response
 
 from gpu_share.coordinator.core.errors import ApiError, NotFound
 from gpu_share.coordinator.core.ids import is_id
-from gpu_share.coordinator.services.accounts import accounts
+from gpu_share.coordinator.services.accounts import accounts, tenant_applications
 from gpu_share.coordinator.services.money import tenant_billing
 from gpu_share.coordinator.services.platform import overview
 from gpu_share.coordinator.web.admin.forms import choice, validated
-from gpu_share.coordinator.web.pages import Browser, SignedAdmin, form_of, text
+from gpu_share.coordinator.web.pages import Browser, SignedAdmin, form_of, text, typed
 from gpu_share.protocol import accounts as accounts_wire
 from gpu_share.protocol.billing import TopUpCreate
 
@@ -33,7 +33,7 @@ async def _tenants_view(
 ) -> Response:
     async with browser.replica.db.read() as db:
         tenants = await accounts.list_tenants(db)
-        applications = await accounts.list_tenant_applications(db, None)
+        applications = await tenant_applications.list_applications(db, None)
         balances = await tenant_billing.available_by_tenant(db)
     tenants.sort(key=lambda t: t.created_at, reverse=True)
     applications.sort(key=lambda a: (a.status is not a.status.PENDING, -a.created_at.timestamp()))
@@ -72,15 +72,17 @@ async def create_tenant(signed: SignedAdmin) -> Response:
 
 @router.post("/tenants/{tenant_id}/top-ups")
 async def top_up_tenant(tenant_id: str, signed: SignedAdmin) -> Response:
-    """Credit a payment received; the reference makes a resent form credit nothing."""
+    """Credit a payment received; the reference makes a resent form credit nothing.
+    A problem is shown beside the field of this tenant's row (its ids carry the tenant's)."""
     browser, _ = signed
     form = await form_of(browser)
-    values = {"amount": text(form, "amount"), "reference": text(form, "reference")}
+    ids = {name: f"{name}-{tenant_id}" for name in ("amount", "reference")}
+    given = {"amount": typed(form, "amount"), "reference": text(form, "reference")}
     errors: dict[str, str] = {}
-    body = validated(TopUpCreate, values, errors, {"amount": "amount", "reference": "reference"})
+    body = validated(TopUpCreate, given, errors, ids)
     if body is None:
-        problems = "; ".join(f"{name}: {message}" for name, message in errors.items())
-        return await _tenants_view(browser, errors={"form": problems}, status=422)
+        values = {ids[name]: value for name, value in given.items()}
+        return await _tenants_view(browser, values=values, errors=errors, status=422)
     try:
         if not is_id("ten", tenant_id):
             raise NotFound(f"tenant {tenant_id} does not exist")
@@ -108,7 +110,7 @@ async def approve_tenant_application(application_id: str, signed: SignedAdmin) -
         if not is_id("tapp", application_id):
             raise NotFound(f"tenant application {application_id} does not exist")
         async with browser.replica.db.write() as db:
-            created = await accounts.approve_tenant_application(db, application_id, browser.now())
+            created = await tenant_applications.approve(db, application_id, browser.now())
     except ApiError as exc:
         return await _tenants_view(browser, errors={"form": exc.message}, status=exc.status)
     return await _tenants_view(browser, created=created)
@@ -127,7 +129,7 @@ async def reject_tenant_application(application_id: str, signed: SignedAdmin) ->
             if not is_id("tapp", application_id):
                 raise NotFound(f"tenant application {application_id} does not exist")
             async with browser.replica.db.write() as db:
-                rejected = await accounts.reject_tenant_application(
+                rejected = await tenant_applications.reject(
                     db, application_id, body.reason, browser.now()
                 )
         except ApiError as exc:

@@ -7,7 +7,6 @@ from fastapi.responses import Response
 
 from gpu_share.coordinator.core.errors import ApiError, NotFound
 from gpu_share.coordinator.core.ids import is_id
-from gpu_share.coordinator.http.replica import base_url
 from gpu_share.coordinator.services.platform import overview
 from gpu_share.coordinator.services.providers import provider_applications
 from gpu_share.coordinator.web.admin.forms import choice, not_found, validated
@@ -110,7 +109,7 @@ async def approve_application(application_id: str, signed: SignedAdmin) -> Respo
                 application.id,
                 tier,
                 browser.now(),
-                base_url(replica, browser.request),
+                replica.settings.mail_base_url,
             )
     except ApiError as exc:  # Enterprise without a UPS is about the tier; the rest is not
         about_tier = _field_message(exc, "tier")
@@ -168,7 +167,7 @@ async def request_information(application_id: str, signed: SignedAdmin) -> Respo
                     application.id,
                     body.message,
                     browser.now(),
-                    base_url(replica, browser.request),
+                    replica.settings.mail_base_url,
                     replica.signer,
                 )
         except ApiError as exc:

@@ -1,17 +1,27 @@
-"""The providers with their machines at a glance, every node by status (or one provider's),
-and asking a node to benchmark itself again."""
+"""The providers with their machines at a glance, every node by status (or one provider's,
+with its enrollment tokens), what hardware challenges proved of them against what the
+providers declared, and asking a node to benchmark itself again."""
+
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
 
 from gpu_share.coordinator.core.errors import NotFound
 from gpu_share.coordinator.core.ids import is_id
-from gpu_share.coordinator.services.nodes import nodes
+from gpu_share.coordinator.services.nodes import nodes, proofs
 from gpu_share.coordinator.services.platform import overview
-from gpu_share.coordinator.services.providers import benchmarks, providers
+from gpu_share.coordinator.services.providers import (
+    benchmarks,
+    declared_hardware,
+    providers,
+)
+from gpu_share.coordinator.services.trust import challenge_status, incidents
+from gpu_share.coordinator.web import enrollment
 from gpu_share.coordinator.web.admin.forms import not_found
-from gpu_share.coordinator.web.pages import SignedAdmin, form_of
+from gpu_share.coordinator.web.pages import Browser, SignedAdmin, form_of
 from gpu_share.protocol.nodes import NodeStatus
+from gpu_share.protocol.providers import IssuedEnrollmentToken
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
 
@@ -24,26 +34,66 @@ async def providers_page(signed: SignedAdmin) -> Response:
     replica = browser.replica
     async with replica.db.read() as db:
         listed = await overview.provider_summaries(db, browser.now(), replica.settings)
-    return browser.render("admin/providers.html", providers=listed)
+        hardware = await declared_hardware.of_providers(db, [p.id for p in listed])
+    return browser.render("admin/providers.html", providers=listed, hardware=hardware)
 
 
-@router.get("/nodes")
-async def nodes_page(signed: SignedAdmin, provider: str = "") -> Response:
-    browser, _ = signed
+async def nodes_view(
+    browser: Browser,
+    provider: str = "",
+    *,
+    issued: IssuedEnrollmentToken | None = None,
+    token_errors: dict[str, str] | None = None,
+    status: int = 200,
+) -> Response:
+    """Every node, or one provider's with its enrollment tokens (one just issued shown this
+    once, or the refusal of a token action)."""
     replica = browser.replica
     try:
         if provider and not is_id("prv", provider):
             raise NotFound(f"provider {provider} does not exist")
         async with replica.db.read() as db:
-            listed = await nodes.list_nodes(db, browser.now(), replica.settings)
+            listed = await nodes.list_nodes(
+                db, browser.now(), replica.settings, include_barred=True
+            )
             owners = await overview.node_owners(db)
+            trust = await proofs.trust_by_node(db)
+            challenges = await challenge_status.latest_by_target(db, [n.id for n in listed])
+            spot = await incidents.node_trusts(db, replica.settings)
             of = await providers.get(db, provider) if provider else None
+            hardware = await declared_hardware.of_provider(db, provider) if of else None
     except NotFound as exc:
         return not_found(browser, exc.message)
+    tokens: dict[str, Any] = {}
     if of is not None:
         listed = [n for n in listed if owners[n.id].provider_id == of.id]
+        tokens = await enrollment.section(
+            browser,
+            of.id,
+            forms_at=f"/admin/providers/{of.id}/enrollment-tokens",
+            ask_lifetime=True,
+            issued=issued,
+            errors=token_errors,
+        )
     listed.sort(key=lambda n: (NODE_ORDER.get(n.status, 3), owners[n.id].hostname, n.id))
-    return browser.render("admin/nodes.html", nodes=listed, owners=owners, provider=of)
+    return browser.render(
+        "admin/nodes.html",
+        status=status,
+        nodes=listed,
+        owners=owners,
+        trust=trust,
+        challenges=challenges,
+        spot=spot,
+        hardware=hardware,
+        provider=of,
+        **tokens,
+    )
+
+
+@router.get("/nodes")
+async def nodes_page(signed: SignedAdmin, provider: str = "") -> Response:
+    browser, _ = signed
+    return await nodes_view(browser, provider)
 
 
 @router.post("/nodes/{node_id}/benchmark")

@@ -1,5 +1,5 @@
 """The admin's overview (what waits for them, counts across the platform) and the mail
-outbox (every mail the platform sent or still has to send)."""
+outbox (every mail the platform sent, still has to send, or gave up, with why)."""
 
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -7,8 +7,11 @@ from fastapi.responses import Response
 from gpu_share.coordinator.services.mail import outbox
 from gpu_share.coordinator.services.platform import overview
 from gpu_share.coordinator.services.providers import provider_applications
+from gpu_share.coordinator.services.trust import incidents, spot_checks
+from gpu_share.coordinator.web.admin.forms import choice
 from gpu_share.coordinator.web.pages import SignedAdmin
 from gpu_share.protocol import provider_applications as wire
+from gpu_share.protocol.outbox import OutboxState
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
 
@@ -24,20 +27,31 @@ async def overview_page(signed: SignedAdmin) -> Response:
         waiting = await provider_applications.list_applications(
             db, wire.ApplicationStatus.PENDING, limit=5
         )
-    return browser.render("admin/overview.html", counts=counts, waiting=waiting)
+        checks_waiting = await spot_checks.waiting(db)
+        caught = len(await incidents.listed(db, limit=incidents.LIST_LIMIT))
+    return browser.render(
+        "admin/overview.html",
+        counts=counts,
+        waiting=waiting,
+        checks_waiting=checks_waiting,
+        caught=caught,
+    )
 
 
 @router.get("/outbox")
-async def outbox_page(signed: SignedAdmin, waiting: bool = False) -> Response:
+async def outbox_page(signed: SignedAdmin, show: str = "", waiting: bool = False) -> Response:
+    """`show` is waiting or failed; `waiting=true` is what older links say for waiting."""
     browser, _ = signed
+    state = OutboxState.WAITING if waiting else choice(OutboxState, show)
     async with browser.replica.db.read() as db:
-        mails = await outbox.list_mails(db, unsent_only=waiting, limit=OUTBOX_LIMIT)
+        mails = await outbox.list_mails(db, state=state, limit=OUTBOX_LIMIT)
         unsent = await overview.mails_waiting(db)
+        failed = await overview.mails_failed(db)
     return browser.render(
         "admin/outbox.html",
         mails=mails,
-        waiting=waiting,
-        mails_waiting=unsent,
+        show=state.value if state else "",
+        counts={OutboxState.WAITING.value: unsent, OutboxState.FAILED.value: failed},
         limit=OUTBOX_LIMIT,
         smtp=bool(browser.replica.settings.smtp_host),
     )

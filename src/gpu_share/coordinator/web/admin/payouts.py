@@ -10,7 +10,6 @@ from pydantic import ValidationError
 
 from gpu_share.coordinator.core.errors import ApiError, NotFound
 from gpu_share.coordinator.core.ids import is_id
-from gpu_share.coordinator.http.replica import base_url
 from gpu_share.coordinator.services.money import payout_batches, payouts
 from gpu_share.coordinator.web.pages import Browser, SignedAdmin, form_of, text
 from gpu_share.protocol.payouts import MarkFailed, MarkPaid
@@ -103,7 +102,7 @@ async def settle(batch_id: str, payout_id: str, action: str, signed: SignedAdmin
                 "enter the transaction's reference" if action == "paid" else "say why it failed"
             )
         return await _batch_page(browser, batch_id, {key: message}, status=422)
-    link = base_url(browser.replica, browser.request)
+    link = browser.replica.settings.mail_base_url
     try:
         async with browser.replica.db.write() as session:
             if isinstance(body, MarkPaid):

@@ -1,5 +1,6 @@
 """Provider dashboard: Earnings (this week and month, per GPU and per GPU model, by day
-and charge by charge over a date range, the pending balance, a CSV of the range)."""
+and charge by charge over a date range, the pending balance split into held, with the
+days it becomes payable, and payable, a CSV of the range)."""
 
 from datetime import UTC, date
 
@@ -8,6 +9,7 @@ from fastapi.responses import Response
 
 from gpu_share.coordinator.core.errors import ValidationFailed
 from gpu_share.coordinator.services.money import earnings, payouts
+from gpu_share.coordinator.services.money.earnings_hold import HoldPolicy
 from gpu_share.coordinator.services.money.payout_calendar import month_start, week_start
 from gpu_share.coordinator.web.pages import SignedProvider
 from gpu_share.protocol.money import to_micro
@@ -34,14 +36,17 @@ async def earnings_page(
     errors: dict[str, str] = {}
     first, last = _day(since, "since", errors), _day(until, "until", errors)
     now = browser.now()
+    hold = HoldPolicy.of(replica.settings)
     async with replica.db.read() as session:
         try:
-            found = await earnings.earnings(session, provider.provider_id, now, first, last)
+            found = await earnings.earnings(
+                session, provider.provider_id, now, first, last, hold=hold
+            )
         except ValidationFailed as exc:
             name, _, message = exc.message.partition(": ")
             errors[name if name in ("since", "until") else "since"] = message
         if errors:  # show the default range beside the problem, and what was entered
-            found = await earnings.earnings(session, provider.provider_id, now)
+            found = await earnings.earnings(session, provider.provider_id, now, hold=hold)
         settings = await payouts.get_settings(
             session,
             provider.provider_id,
@@ -62,6 +67,9 @@ async def earnings_page(
         chart=daily,
         best_day=max(found.daily, key=lambda d: to_micro(d.amount), default=None),
         commission_pct=replica.settings.commission_bps / 100,
+        today=now.astimezone(UTC).date(),
+        hold_days=replica.settings.earnings_hold_days,
+        enterprise_hold_days=replica.settings.earnings_hold_days_enterprise,
         week_start=week_start(now),
         month_start=month_start(now),
         page_csv_url=f"/provider/earnings.csv?since={found.since}&until={found.until}",

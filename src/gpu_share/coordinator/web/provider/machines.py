@@ -1,17 +1,21 @@
-"""The provider's dashboard (SPEC §5): their machines with live status and telemetry, and
-the tabs later work fills (benchmarks, pricing, earnings, payouts, performance)."""
+"""The provider's dashboard (SPEC §5): their machines with live status and telemetry and
+what hardware challenges proved of them (against what their application declared), the
+enrollment tokens their agents register with, and the tabs later work fills (benchmarks,
+pricing, earnings, payouts, performance)."""
 
 from datetime import timedelta
 
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from gpu_share.coordinator.http.replica import base_url
+from gpu_share.coordinator.http.replica import public_url
 from gpu_share.coordinator.services.nodes import nodes
-from gpu_share.coordinator.services.providers import providers
+from gpu_share.coordinator.services.providers import declared_hardware, providers
+from gpu_share.coordinator.services.trust import challenge_status
 from gpu_share.coordinator.services.work import reservation_holds
+from gpu_share.coordinator.web import enrollment
 from gpu_share.coordinator.web.pages import Browser, SignedProvider
-from gpu_share.protocol.providers import ProviderNode
+from gpu_share.protocol.providers import IssuedEnrollmentToken, ProviderNode
 
 router = APIRouter(prefix="/provider", include_in_schema=False)
 
@@ -22,14 +26,20 @@ LIVE_EVERY_SEC = 5
 TABS: dict[str, tuple[str, str, str]] = {}
 
 
-async def _machines(browser: Browser, provider_id: str) -> list[ProviderNode]:
+Challenges = dict[str, dict[str, challenge_status.LatestChallenge]]
+
+
+async def _machines(browser: Browser, provider_id: str) -> tuple[list[ProviderNode], Challenges]:
+    """The machines, and the latest challenge of each of their GPUs (or CPUs)."""
     replica = browser.replica
     async with replica.db.read() as session:
         found = await nodes.of_provider(
             session, provider_id, browser.now(), replica.settings, history=HISTORY
         )
         reserved = await reservation_holds.reserved_indices_by_node(session, browser.now())
-    return [m.model_copy(update={"reserved_gpus": reserved.get(m.id, [])}) for m in found]
+        challenges = await challenge_status.latest_by_target(session, [m.id for m in found])
+    machines = [m.model_copy(update={"reserved_gpus": reserved.get(m.id, [])}) for m in found]
+    return machines, challenges
 
 
 def charts(node: ProviderNode) -> dict[str, list[float | None]]:
@@ -50,32 +60,58 @@ def charts(node: ProviderNode) -> dict[str, list[float | None]]:
     return series
 
 
+async def machines_view(
+    browser: Browser,
+    provider_id: str,
+    *,
+    issued: IssuedEnrollmentToken | None = None,
+    token_errors: dict[str, str] | None = None,
+    status: int = 200,
+) -> Response:
+    """The page, with an enrollment token just issued (shown this once) or a refusal."""
+    async with browser.replica.db.read() as session:
+        account = await providers.get(session, provider_id)
+        hardware = await declared_hardware.of_provider(session, provider_id)
+    machines, challenges = await _machines(browser, provider_id)
+    tokens = await enrollment.section(
+        browser,
+        provider_id,
+        forms_at="/provider/enrollment-tokens",
+        ask_lifetime=False,
+        issued=issued,
+        errors=token_errors,
+    )
+    return browser.render(
+        "provider/machines.html",
+        status=status,
+        account=account,
+        hardware=hardware,
+        machines=machines,
+        challenges=challenges,
+        charts={m.id: charts(m) for m in machines},
+        live_every=LIVE_EVERY_SEC,
+        base=public_url(browser.replica),
+        **tokens,
+    )
+
+
 @router.get("")
 async def machines(signed: SignedProvider) -> Response:
     browser, provider = signed
-    async with browser.replica.db.read() as session:
-        account = await providers.get(session, provider.provider_id)
-    machines = await _machines(browser, provider.provider_id)
-    return browser.render(
-        "provider/machines.html",
-        account=account,
-        machines=machines,
-        charts={m.id: charts(m) for m in machines},
-        live_every=LIVE_EVERY_SEC,
-        base=base_url(browser.replica, browser.request),
-    )
+    return await machines_view(browser, provider.provider_id)
 
 
 @router.get("/machines.part")
 async def machines_fragment(signed: SignedProvider) -> Response:
     """The machines list alone, for the page's live refresh."""
     browser, provider = signed
-    machines = await _machines(browser, provider.provider_id)
+    machines, challenges = await _machines(browser, provider.provider_id)
     return browser.render(
         "provider/_machines.html",
         machines=machines,
+        challenges=challenges,
         charts={m.id: charts(m) for m in machines},
-        base=base_url(browser.replica, browser.request),
+        base=public_url(browser.replica),
     )
 
 

@@ -1,5 +1,6 @@
-"""Provider dashboard: Payouts (where and how often they are paid, and every payout with
-its status, method and transaction reference)."""
+"""Provider dashboard: Payouts (where and how often they are paid, what is payable and
+what is still held, and every payout with its status, method and transaction
+reference)."""
 
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -9,8 +10,9 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 
-from gpu_share.coordinator.services.money import payouts
+from gpu_share.coordinator.services.money import ledger, payouts
 from gpu_share.coordinator.web.pages import Browser, SignedProvider, form_of, text
+from gpu_share.protocol.money import usdc_text
 from gpu_share.protocol.payouts import PayoutSettings, PayoutSettingsUpdate
 
 router = APIRouter(prefix="/provider", include_in_schema=False)
@@ -83,6 +85,8 @@ async def _render(
             replica.settings.payout_minimum_micro,
         )
         history = await payouts.of_provider(session, provider_id)
+        payable = await ledger.balance(session, ledger.provider_pending(provider_id))
+        held = await ledger.balance(session, ledger.provider_held(provider_id))
     return browser.render(
         "provider/payouts.html",
         status=status,
@@ -90,6 +94,9 @@ async def _render(
         form=form or MethodForm.of(current),
         labels=LABELS,
         payouts=history,
+        payable=usdc_text(payable),
+        held=usdc_text(held),
+        hold_days=replica.settings.earnings_hold_days,
     )
 
 

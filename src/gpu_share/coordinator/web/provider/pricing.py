@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from gpu_share.coordinator.core.errors import ApiError
 from gpu_share.coordinator.services.market import price_recommendations
 from gpu_share.coordinator.services.nodes import prices
-from gpu_share.coordinator.web.pages import Browser, SignedProvider, form_of, text
+from gpu_share.coordinator.web.pages import Browser, SignedProvider, form_of, text, typed
 from gpu_share.protocol.money import usdc_text
 from gpu_share.protocol.prices import (
     MAX_PRICE_MICRO,
@@ -104,7 +104,7 @@ async def save_price(signed: SignedProvider) -> Response:
     browser, provider = signed
     form = await form_of(browser)
     model = text(form, "gpu_model")
-    entered = {"price": text(form, "price"), "discount": text(form, "discount")}
+    entered = {"price": typed(form, "price"), "discount": text(form, "discount")}
     errors: dict[str, str] = {}
     try:
         update = PriceUpdate.model_validate(

@@ -1,5 +1,6 @@
-"""Applying to provide GPUs, following an application by its private link (and amending
-it when the admin asks for more), and claiming an approved account."""
+"""Applying to provide GPUs (the email is confirmed in `confirm_email`), following an
+application by its private link (and amending it when the admin asks for more), and
+claiming an approved account."""
 
 from typing import Annotated
 
@@ -7,10 +8,13 @@ from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
 from gpu_share.coordinator.core.errors import ApiError
-from gpu_share.coordinator.http.replica import base_url, client_address
+from gpu_share.coordinator.http.replica import client_address, install_base, public_url
 from gpu_share.coordinator.services.accounts import rate_limits
 from gpu_share.coordinator.services.nodes import gpu_catalog
-from gpu_share.coordinator.services.providers import provider_applications
+from gpu_share.coordinator.services.providers import (
+    enrollment_tokens,
+    provider_applications,
+)
 from gpu_share.coordinator.web.application_form import (
     application_from_form,
     blank_form,
@@ -64,15 +68,23 @@ async def apply(browser: BrowserDep) -> Response:
         limit = rate_limits.applications(replica.settings)
         await rate_limits.admit(replica.db, limit, client_address(browser.request), now)
         async with replica.db.write() as db:
-            receipt = await provider_applications.submit(
-                db, body, now, base_url(replica, browser.request), replica.signer
+            submitted = await provider_applications.submit(
+                db, body, now, replica.settings.mail_base_url, replica.signer
             )
     except ApiError as exc:
         return _apply_form(browser, values, {"form": exc.message}, status=exc.status)
-    return browser.redirect(
-        receipt.status_url.removeprefix(base_url(replica, browser.request)),
-        flash="Application received. Keep this page's link: it is how you follow your "
-        "application (we mailed it to you too).",
+    # The same words whatever this email applied for before: they tell no one who has.
+    return browser.redirect("/apply/sent", flash=f"Application received. {submitted.message}")
+
+
+@router.get("/apply/sent")
+async def application_sent(browser: BrowserDep) -> Response:
+    return browser.render(
+        "public/message.html",
+        title="Check your mail",
+        message="We mailed a link to the email you gave. Open it to confirm your email: your "
+        "application is reviewed from then on, and the mail that follows has the link where "
+        "you follow it. No mail? Look in the spam folder, or apply again.",
     )
 
 
@@ -145,10 +157,20 @@ async def claim(token: Token, browser: BrowserDep) -> Response:
     try:
         async with replica.db.write() as db:
             claimed = await provider_applications.claim(
-                db, token, browser.now(), base_url(replica, browser.request)
+                db,
+                token,
+                browser.now(),
+                install_base(replica),
+                token_lifetime=enrollment_tokens.lifetime(replica.settings.enrollment_token_days),
             )
     except ApiError as exc:
         return browser.render(
             "public/claim.html", status=exc.status, token=token, claim=None, error=exc.message
         )
-    return browser.render("public/claim.html", token=token, claim=claimed, error=None)
+    return browser.render(
+        "public/claim.html",
+        token=token,
+        claim=claimed,
+        error=None,
+        public_url=public_url(replica),
+    )

@@ -1,5 +1,6 @@
-"""The landing page, and signing in and out with an API key: the session cookie it starts
-sends each role to its home (the console, the provider dashboard, the admin)."""
+"""The landing page, and signing in and out with an API key: the session it starts (a row,
+named by the cookie) sends each role to its home (the console, the provider dashboard,
+the admin); signing out ends that row."""
 
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -7,6 +8,7 @@ from fastapi.responses import Response
 from gpu_share.coordinator.core.errors import ApiError
 from gpu_share.coordinator.http.principals import principal_for_key
 from gpu_share.coordinator.http.replica import client_address
+from gpu_share.coordinator.services.accounts import browser_sessions
 from gpu_share.coordinator.services.nodes import gpu_catalog
 from gpu_share.coordinator.web import session
 from gpu_share.coordinator.web.pages import ROLE_HOME, BrowserDep, form_of, text
@@ -49,14 +51,13 @@ async def signin(browser: BrowserDep) -> Response:
             next=next_url,
             error="Agent node keys cannot sign in; use your tenant, provider or admin key.",
         )
+    async with replica.db.write() as db:
+        if (previous := session.read(browser.request, replica.signer)) is not None:
+            await browser_sessions.end(db, previous, browser.now())
+        session_id = await browser_sessions.begin(db, principal.key_id, browser.now())
     response = browser.redirect(next_url if next_url.startswith(home) else home)
     session.start(
-        response,
-        browser.request,
-        replica.signer,
-        principal.key_id,
-        browser.now(),
-        replica.settings.public_base_url,
+        response, browser.request, replica.signer, session_id, replica.settings.public_base_url
     )
     return response
 
@@ -70,7 +71,13 @@ def _safe_next(value: str) -> str:
 
 @router.post("/signout")
 async def signout(browser: BrowserDep) -> Response:
+    """Ends the session itself, not only this browser's cookie: a copy of the cookie
+    opens nothing afterwards, on any replica."""
     await form_of(browser)
+    replica = browser.replica
+    if (session_id := session.read(browser.request, replica.signer)) is not None:
+        async with replica.db.write() as db:
+            await browser_sessions.end(db, session_id, browser.now())
     response = browser.redirect("/", flash="You are signed out.")
     session.end(response)
     return response

@@ -13,6 +13,8 @@
 set -euo pipefail
 
 # Filled in by the coordinator serving this script; left as they are, --server is needed.
+# The server is its configured public URL (GPUSHARE_PUBLIC_BASE_URL), never a guess from
+# the request: without one it is empty here, and --server is needed.
 SERVER_DEFAULT=@GPU_SHARE_SERVER@
 WHEEL_NAME=@GPU_SHARE_WHEEL@
 
@@ -35,8 +37,9 @@ Usage: $PROG --token gpu_et_… [options]
 
   --token TOKEN     the provider's enrollment token (gpu_et_…); a second run keeps the
                     one from the first when left out
-  --server URL      the coordinator (default: the one that served this script${SERVER_DEFAULT:+,
-                    $SERVER_DEFAULT})
+  --server URL      the coordinator (default: ${SERVER_DEFAULT:-none: the coordinator that
+                    serves this script fills in its GPUSHARE_PUBLIC_BASE_URL, and this one
+                    has none set})
   --prefix DIR      where everything goes: venv/, data/ (node identity, download cache,
                     job folders), agent.env (settings, owner-only), bin/gpu-share-agent
                     (default /opt/gpu-share)
@@ -243,7 +246,9 @@ check_install() {
   fi
 
   if [[ -z $server ]]; then
-    problem "no coordinator URL: pass --server https://COORDINATOR"
+    problem "no coordinator URL: pass --server https://COORDINATOR (the address you fetched" \
+      "this script from); the coordinator fills it in once its operator sets" \
+      "GPUSHARE_PUBLIC_BASE_URL"
   elif [[ ! $server =~ $URL_PATTERN ]]; then
     problem "--server must be an http(s) URL without spaces or quotes (got '$server')"
   fi
@@ -375,7 +380,7 @@ install_venv() {
   # then CPU onnxruntime, CatBoost where it has a build for this machine.
   local -a tries=()
   if has_nvidia_gpu; then
-    tries+=("agent,catboost onnxruntime-gpu>=1.17")
+    tries+=("agent,catboost onnxruntime-gpu>=1.18")
     # onnxruntime and onnxruntime-gpu share one folder: removing the CPU one later would
     # break the GPU one, so it goes first.
     "$venv/bin/python" -m pip uninstall -y -q onnxruntime >/dev/null 2>&1 || true

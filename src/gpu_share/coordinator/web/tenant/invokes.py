@@ -7,7 +7,6 @@ script's request, and how long an invoke took.
 import asyncio
 import base64
 import binascii
-import io
 import secrets
 from dataclasses import dataclass
 
@@ -40,6 +39,7 @@ router = APIRouter(prefix="/console/invokes", include_in_schema=False)
 PAGE_SIZE = 25
 CHOICES = 100  # artifacts offered in the New invoke form, newest first
 PREVIEW_VALUES = 8
+PREVIEW_MAX_BYTES = 64 * 1024 * 1024  # inline outputs expanding past this are not previewed
 STATUS_TABS = ["", *(s.value for s in InvokeStatus)]
 
 
@@ -240,30 +240,28 @@ class ArrayView:
 
 
 def _arrays_of(data: bytes) -> list[ArrayView] | None:
-    """The NPZ's arrays, when numpy is here to read them (the server does not need it)."""
+    """The NPZ's arrays, when numpy is here to read them (the server does not need it).
+
+    A node wrote them, so they are read as any stranger's NPZ (`gpu_share.npz_reading`):
+    judged by their headers before anything is inflated, and not shown at all when they
+    would expand past `PREVIEW_MAX_BYTES` (a 1 MiB inline output can inflate to a GiB)."""
     try:
         import numpy as np
+
+        from gpu_share.npz_reading import NpzError, load_npz_bytes
     except ImportError:
         return None
     try:
-        npz = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError):
-        return None
-    if not isinstance(npz, np.lib.npyio.NpzFile):
+        arrays = load_npz_bytes(data, max_bytes=PREVIEW_MAX_BYTES)
+    except NpzError:
         return None
     views = []
-    with npz:
-        for name in npz.files[:50]:
-            try:
-                array = npz[name]
-            except ValueError:  # object arrays need pickle: never
-                views.append(ArrayView(name, "object", "?", "not shown"))
-                continue
-            flat = array.reshape(-1)[:PREVIEW_VALUES]
-            first = np.array2string(flat, separator=", ", precision=4, threshold=PREVIEW_VALUES)
-            more = " …" if array.size > PREVIEW_VALUES else ""
-            shape = "×".join(str(n) for n in array.shape) or "scalar"
-            views.append(ArrayView(name, str(array.dtype), shape, first + more))
+    for name, array in list(arrays.items())[:50]:
+        flat = array.reshape(-1)[:PREVIEW_VALUES]
+        first = np.array2string(flat, separator=", ", precision=4, threshold=PREVIEW_VALUES)
+        more = " …" if array.size > PREVIEW_VALUES else ""
+        shape = "×".join(str(n) for n in array.shape) or "scalar"
+        views.append(ArrayView(name, str(array.dtype), shape, first + more))
     return views
 
 
@@ -406,7 +404,9 @@ async def cancel_invoke(invoke_id: str, signed: SignedTenant) -> Response:
     replica = browser.replica
     try:
         async with replica.db.write() as db:
-            invoke = await invokes.cancel(db, tenant.tenant_id, invoke_id, browser.now())
+            invoke = await invokes.cancel(
+                db, tenant.tenant_id, invoke_id, browser.now(), replica.settings
+            )
     except NotFound:
         return not_found(browser, "invoke")
     except Conflict as exc:

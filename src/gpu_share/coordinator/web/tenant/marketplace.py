@@ -1,4 +1,5 @@
-"""The marketplace in the tenant console (SPEC §4.2): the same offers as GET /v1/offers."""
+"""The marketplace in the tenant console (SPEC §4.2): the same offers as GET /v1/offers,
+verified machines only unless the tenant ticks the box that shows the others."""
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -23,6 +24,7 @@ FILTERS = (
     "runtime",
     "gpus",
     "nvlink",
+    "include_unverified",
     "sort",
 )
 
@@ -31,6 +33,7 @@ FILTERS = (
 async def marketplace(request: Request, signed: SignedTenant) -> Response:
     browser, _tenant = signed
     values = {name: request.query_params.get(name, "").strip() for name in FILTERS}
+    values["max_price"] = request.query_params.get("max_price", "")  # money: as typed
     errors: dict[str, str] = {}
     try:
         query = OfferQuery.model_validate({k: v for k, v in values.items() if v})

@@ -12,7 +12,7 @@ from gpu_share.coordinator.core.ids import is_id
 from gpu_share.coordinator.core.principals import TenantCaller
 from gpu_share.coordinator.services.money import tenant_billing
 from gpu_share.coordinator.services.rentals import reservation_billing, reservations
-from gpu_share.coordinator.web.pages import Browser, SignedTenant, form_of
+from gpu_share.coordinator.web.pages import Browser, SignedTenant, form_of, text, typed
 from gpu_share.coordinator.web.tenant.invokes import not_found
 from gpu_share.protocol.reservations import (
     MAX_HOURS,
@@ -79,6 +79,7 @@ async def reservations_page(request: Request, signed: SignedTenant) -> Response:
     if "quote" not in request.query_params:
         return await _page(browser, tenant)
     values = {name: request.query_params.get(name, "").strip() for name in FIELDS}
+    values["max_price"] = request.query_params.get("max_price", "")  # money: as typed
     body, errors = _request(values)
     if body is None:
         return await _page(browser, tenant, values=values, errors=errors, status=422)
@@ -96,7 +97,8 @@ async def reservations_page(request: Request, signed: SignedTenant) -> Response:
 async def create_reservation(signed: SignedTenant) -> Response:
     browser, tenant = signed
     form = await form_of(browser)
-    values = {name: str(form.get(name) or "").strip() for name in FIELDS}
+    values = {name: text(form, name) for name in FIELDS}
+    values["max_price"] = typed(form, "max_price")
     body, errors = _request(values)
     if body is None:
         return await _page(browser, tenant, values=values, errors=errors, status=422)

@@ -1,0 +1,51 @@
+"""Identity that sticks, with a real agent process (SPEC §3.8): an agent started again on
+the same machine sends the same fingerprint, so one that lost its identity file (a
+reinstall, its state wiped) registers as the node it was, not as a fresh one."""
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gpu_share.testing.factories import bearer, create_provider
+from gpu_share.testing.live import AGENT_START_TIMEOUT_SEC, Live
+from gpu_share.testing.processes import AgentProcess
+
+pytestmark = pytest.mark.slow
+
+
+async def nodes_once(live: Live, key: str, seen: set[str] | None = None) -> list[dict[str, Any]]:
+    """The provider's nodes once one registered (and, with `seen`, once it is heard from anew)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + AGENT_START_TIMEOUT_SEC
+    while True:
+        listed: list[dict[str, Any]] = (
+            await live.http.get("/v1/provider/nodes", headers=bearer(key))
+        ).json()
+        if listed and (seen is None or {n["last_seen_at"] for n in listed} - seen):
+            return listed
+        assert loop.time() < deadline, "no agent registered"
+        await asyncio.sleep(0.2)
+
+
+async def test_an_agent_that_lost_its_identity_file_registers_as_the_same_node(
+    live: Live,
+) -> None:
+    provider = await create_provider(live.http, "Steady Farm")
+    data_dir = live.tmp / "agent-steady"
+    first = AgentProcess(live.base_url, provider.enrollment_token, data_dir)
+    live.agents.append(first)
+    (node,) = await nodes_once(live, provider.key)
+    await asyncio.to_thread(first.stop)
+
+    (data_dir / "identity.json").unlink()  # the agent must register again with its token
+    again = AgentProcess(live.base_url, provider.enrollment_token, data_dir)
+    live.agents.append(again)
+    for _ in range(int(AGENT_START_TIMEOUT_SEC * 10)):
+        if "it is node" in again.log or again.process.poll() is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert f"this machine was registered before: it is node {node['id']}" in again.log, again.log
+    listed = await nodes_once(live, provider.key, seen={node["last_seen_at"]})
+    assert [n["id"] for n in listed] == [node["id"]]  # one machine, one node
+    await asyncio.to_thread(again.stop)
