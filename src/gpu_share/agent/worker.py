@@ -245,6 +245,12 @@ class Agent:
                 ack = await self.client.update_inventory(inventory, retry_for=0)
             except Unauthorized:
                 log.warning("the saved node key was refused; registering again")
+            except CoordinatorError as exc:
+                if exc.status != 403:
+                    raise
+                raise AgentStartError(
+                    f"the coordinator refused this machine: {exc.message}"
+                ) from exc
             else:
                 self.node_id, self.heartbeat_interval = ack.node_id, ack.heartbeat_interval_sec
                 return
@@ -257,7 +263,9 @@ class Agent:
             result = await self.client.register(
                 self.settings.token.get_secret_value(), inventory, retry_for=0
             )
-        except Unauthorized as exc:
+        except CoordinatorError as exc:
+            if exc.status not in (401, 403):
+                raise
             raise AgentStartError(f"registration refused: {exc.message}") from exc
         save_identity(path, Identity(self.settings.server, result.node_id, result.node_key))
         self.client.key = result.node_key

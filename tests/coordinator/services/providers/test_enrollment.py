@@ -220,3 +220,74 @@ async def test_a_new_node_starts_at_its_providers_published_score_not_the_neutra
     assert fresh_score.score == pytest.approx(poor.score, abs=1e-3)  # the loop keeps the start
     await first.aclose()
     await fresh.aclose()
+
+
+async def test_a_node_cannot_take_in_a_quarantined_nodes_gpu_by_updating_its_inventory(
+    app: FastAPI, client: httpx.AsyncClient, provider: ProviderHandle, clock: FrozenClock
+) -> None:
+    caught = agent_for(app, machine())
+    caught_id = await caught.register(provider.enrollment_token)
+    await set_node(
+        app.state.replica.db, caught_id, quarantined_at=clock.now(), quarantine_reason="mismatch"
+    )
+    other_gpu = H100.model_copy(update={"uuid": "GPU-00000000-0000-0000-0000-0000000000aa"})
+    other = await create_provider(client, "Fresh Start Ltd")
+    fresh = agent_for(app, inventory(gpus=[other_gpu], fingerprint=ANOTHER_FINGERPRINT))
+    fresh_id = await fresh.register(other.enrollment_token)
+    before = await node_row(app, fresh_id)
+
+    # The same box, now saying it has the quarantined node's GPU (and its own).
+    moved = inventory(
+        gpus=[other_gpu, H100.model_copy(update={"index": 1})], fingerprint=ANOTHER_FINGERPRINT
+    )
+    assert fresh.client.key is not None
+    refused = await client.put(
+        "/v1/agent/inventory", json=moved.model_dump(mode="json"), headers=bearer(fresh.client.key)
+    )
+    assert refused.status_code == 403, refused.text
+    error = refused.json()["error"]
+    assert error["details"] == {"reason": "hardware_quarantined", "node_id": None}
+    assert f"GPU {H100.uuid}" in error["message"]
+    assert (await node_row(app, fresh_id)).gpus == before.gpus  # nothing taken in
+
+    # Nor its fingerprint, with no GPU of it listed.
+    same_box = inventory(gpus=[other_gpu], fingerprint=FINGERPRINT)
+    refused = await client.put(
+        "/v1/agent/inventory",
+        json=same_box.model_dump(mode="json"),
+        headers=bearer(fresh.client.key),
+    )
+    assert refused.status_code == 403, refused.text
+    assert (await node_row(app, fresh_id)).fingerprint == ANOTHER_FINGERPRINT
+
+    # Its own hardware, reported again, is always fine.
+    kept = await client.put(
+        "/v1/agent/inventory",
+        json=fresh.inventory.model_dump(mode="json"),
+        headers=bearer(fresh.client.key),
+    )
+    assert kept.status_code == 200, kept.text
+    await caught.aclose()
+    await fresh.aclose()
+
+
+async def test_a_node_cannot_take_in_a_gpu_another_providers_live_node_holds(
+    app: FastAPI, client: httpx.AsyncClient, provider: ProviderHandle
+) -> None:
+    owner = agent_for(app, machine())
+    await owner.register(provider.enrollment_token)
+    other_gpu = H100.model_copy(update={"uuid": "GPU-00000000-0000-0000-0000-0000000000bb"})
+    other = await create_provider(client, "Second Hand GPUs")
+    fresh = agent_for(app, inventory(gpus=[other_gpu], fingerprint=ANOTHER_FINGERPRINT))
+    await fresh.register(other.enrollment_token)
+    assert fresh.client.key is not None
+    moved = inventory(
+        gpus=[other_gpu, H100.model_copy(update={"index": 1})], fingerprint=ANOTHER_FINGERPRINT
+    )
+    refused = await client.put(
+        "/v1/agent/inventory", json=moved.model_dump(mode="json"), headers=bearer(fresh.client.key)
+    )
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["details"] == {"reason": "hardware_registered_elsewhere"}
+    await owner.aclose()
+    await fresh.aclose()

@@ -62,7 +62,7 @@ async def register(
     )
 
 
-@router.put("/inventory", response_model=wire.InventoryAck, responses=errors(*AUTH, 422))
+@router.put("/inventory", response_model=wire.InventoryAck, responses=errors(*AUTH, 403, 422))
 async def update_inventory(
     body: wire.NodeInventory, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.InventoryAck:

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Text, cast, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.errors import Forbidden
 from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.protocol.nodes import GpuInfo
 
@@ -60,3 +61,43 @@ async def holders(session: AsyncSession, fingerprint: str | None, uuids: set[str
 def live(row: NodeRow, now: datetime) -> bool:
     """Heard from within `HELD_FOR`: its hardware is still in its provider's account."""
     return row.last_seen_at is not None and row.last_seen_at >= now - HELD_FOR
+
+
+def _named(held: NodeRow, uuids: set[str]) -> str:
+    """What of the machine a holder has, in words for the refusal."""
+    shared = sorted(uuids & gpu_uuids(held.gpus))
+    return f"GPU {shared[0]}" if shared else "its machine fingerprint"
+
+
+def refuse_taken(
+    held: Iterable[NodeRow],
+    provider_id: str,
+    uuids: set[str],
+    now: datetime,
+) -> None:
+    """Refuse hardware (a machine registering, or a node reporting new GPUs) that a
+    quarantined node holds, of any provider, or that another provider's node still holds
+    (heard from within `HELD_FOR`): a machine is in one provider's account at a time, and
+    quarantined hardware never comes back under a new node id."""
+    held = list(held)
+    for row in held:
+        if row.quarantined_at is not None:
+            ours = row.provider_id == provider_id
+            raise Forbidden(
+                f"this machine's hardware ({_named(row, uuids)}) belongs to a node quarantined "
+                "after a failed trust check (docs/trust.md), and such hardware cannot register "
+                "again under any account. Write to the platform admin if you believe this is "
+                "a mistake",
+                details={"reason": "hardware_quarantined", "node_id": row.id if ours else None},
+            )
+    hours = int(HELD_FOR.total_seconds() // 3600)
+    for row in held:
+        if row.provider_id != provider_id and live(row, now):
+            raise Forbidden(
+                f"this machine's hardware ({_named(row, uuids)}) is registered to another "
+                f"provider's node, heard from in the last {hours} hours, and a machine can be "
+                "in one provider's account at a time. Stop the agent registered there: the "
+                f"hardware is free {hours} hours after that node was last heard from. Ask the "
+                "platform admin if the machine changed hands",
+                details={"reason": "hardware_registered_elsewhere"},
+            )

@@ -12,7 +12,7 @@ from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, Tele
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
 from gpu_share.coordinator.services.accounts.accounts import issue_key, revoke_node_keys
-from gpu_share.coordinator.services.nodes import prices
+from gpu_share.coordinator.services.nodes import hardware, prices
 from gpu_share.coordinator.services.nodes.placement import (
     Requirements,
     gpu_proof,
@@ -142,9 +142,18 @@ async def register_again(
 async def update_inventory(
     session: AsyncSession, node_id: str, inventory: wire.NodeInventory, now: datetime
 ) -> NodeRow:
+    """What the node has now. Hardware it did not have before is checked as a machine
+    registering would be (`hardware.refuse_taken`): a node cannot take in the GPUs or the
+    fingerprint of a quarantined node, or of another provider's live one."""
     row = await session.get(NodeRow, node_id)
     if row is None:
         raise NotFound(f"node {node_id} does not exist")
+    fingerprint = inventory.fingerprint if inventory.fingerprint != row.fingerprint else None
+    uuids = hardware.gpu_uuids(inventory.gpus) - hardware.gpu_uuids(row.gpus)
+    if fingerprint or uuids:
+        held = await hardware.holders(session, fingerprint, uuids)
+        others = [held_row for held_row in held if held_row.id != row.id]
+        hardware.refuse_taken(others, row.provider_id, uuids, now)
     _apply_inventory(row, inventory)
     row.last_seen_at = now
     await prices.refresh_node(session, row)  # its GPUs, so its price, may have changed

@@ -18,7 +18,6 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.errors import Forbidden
 from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.coordinator.services.nodes import hardware, nodes
 from gpu_share.coordinator.services.providers import enrollment_tokens, reliability
@@ -30,12 +29,6 @@ class Enrolled:
     node_id: str
     node_key: str
     returning: bool  # a known machine: its node again
-
-
-def _named(held: NodeRow, fingerprint: str | None, uuids: set[str]) -> str:
-    """What of the registering machine a holder has, in words for the refusal."""
-    shared = sorted(uuids & hardware.gpu_uuids(held.gpus))
-    return f"GPU {shared[0]}" if shared else "its machine fingerprint"
 
 
 def _closest(own: list[NodeRow], fingerprint: str | None, uuids: set[str]) -> NodeRow:
@@ -56,27 +49,7 @@ async def enroll(
     provider, used = await enrollment_tokens.provider_for(session, token, now)
     fingerprint, uuids = inventory.fingerprint, hardware.gpu_uuids(inventory.gpus)
     held = await hardware.holders(session, fingerprint, uuids)
-    for row in held:
-        if row.quarantined_at is not None:
-            ours = row.provider_id == provider.id
-            raise Forbidden(
-                f"this machine cannot register: its hardware ({_named(row, fingerprint, uuids)}) "
-                "belongs to a node quarantined after a failed trust check (docs/trust.md), and "
-                "such hardware cannot register again under any account. Write to the platform "
-                "admin if you believe this is a mistake",
-                details={"reason": "hardware_quarantined", "node_id": row.id if ours else None},
-            )
-    hours = int(hardware.HELD_FOR.total_seconds() // 3600)
-    for row in held:
-        if row.provider_id != provider.id and hardware.live(row, now):
-            raise Forbidden(
-                f"this machine's hardware ({_named(row, fingerprint, uuids)}) is registered to "
-                f"another provider's node, heard from in the last {hours} hours, and a machine "
-                "can be in one provider's account at a time. Stop the agent registered there: "
-                f"the hardware is free {hours} hours after that node was last heard from. Ask "
-                "the platform admin if the machine changed hands",
-                details={"reason": "hardware_registered_elsewhere"},
-            )
+    hardware.refuse_taken(held, provider.id, uuids, now)
     own = [row for row in held if row.provider_id == provider.id]
     if own:
         node = _closest(own, fingerprint, uuids)
