@@ -26,7 +26,7 @@ from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, TenantRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
-from gpu_share.coordinator.services.work import claims
+from gpu_share.coordinator.services.work import artifact_refs, claims
 from gpu_share.protocol import agent as wire
 from gpu_share.testing.databases import create_scratch_postgres, drop_scratch_postgres
 
@@ -115,7 +115,7 @@ async def fill(db: Database, nodes: int, invokes: int, tenants: int, now: dateti
 
 
 async def ours(db: Database, node_ids: list[str], now: datetime) -> list[float]:
-    ctx = claims.LeaseContext(
+    ctx = artifact_refs.LeaseContext(
         settings=Settings(database_url=db.url), signer=UrlSigner(b"k" * 32), base_url="http://x"
     )
     request = wire.LeaseRequest(slots=1, free_gpus=0, wait_sec=0)

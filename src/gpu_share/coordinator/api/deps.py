@@ -8,7 +8,7 @@ from fastapi import Depends, Request
 from gpu_share.coordinator.http.replica import ReplicaDep, base_url
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.sessions.sessions import Sessions
-from gpu_share.coordinator.services.work.claims import LeaseContext
+from gpu_share.coordinator.services.work.artifact_refs import LeaseContext
 
 
 async def get_sessions(replica: ReplicaDep) -> Sessions:

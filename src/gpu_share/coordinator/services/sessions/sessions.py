@@ -39,7 +39,7 @@ from gpu_share.coordinator.services.nodes.placement import (
 )
 from gpu_share.coordinator.services.sessions import gpus
 from gpu_share.coordinator.services.work import (
-    claims,
+    artifact_refs,
     gpu_assignment,
     memory_fit,
     reservation_holds,
@@ -152,7 +152,7 @@ class Sessions:
         body: SessionCreate,
         *,
         origins: set[str],
-        ctx: claims.LeaseContext,
+        ctx: artifact_refs.LeaseContext,
     ) -> Session:
         try:
             return await self._create(tenant_id, body, origins=origins, ctx=ctx)
@@ -169,7 +169,12 @@ class Sessions:
             ) from None
 
     async def _create(
-        self, tenant_id: str, body: SessionCreate, *, origins: set[str], ctx: claims.LeaseContext
+        self,
+        tenant_id: str,
+        body: SessionCreate,
+        *,
+        origins: set[str],
+        ctx: artifact_refs.LeaseContext,
     ) -> Session:
         now = self.clock.now()
         req = requirements_of(body, gpus=max(body.gpus, 1))
@@ -183,7 +188,7 @@ class Sessions:
                 origins,
                 now,
             )
-            ref = await claims.artifact_ref(
+            ref = await artifact_refs.artifact_ref(
                 session, body.model_url, model.artifact_id, model.sha256, now, ctx
             )
             assert ref is not None  # resolve_url refused expired artifacts already

@@ -1,0 +1,48 @@
+"""Better ranked nodes waiting for work (SPEC §4.1, docs/placement.md): a job one of them
+could take is left to it for a moment, so work goes to the best node that wants it.
+
+A node waiting in a long-poll says until when and with how much room
+(`NodeRow.polling_until`, `poll_free_*`); the rank is `nodes.ranking`'s. After
+`RANKING_GRACE_SEC` any eligible node may take the job, so a better node that went away
+never holds work up.
+"""
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpu_share.coordinator.core.orm import NodeRow
+from gpu_share.coordinator.services.nodes import ranking
+from gpu_share.coordinator.services.nodes.placement import Requirements, serves
+
+RANKING_GRACE_SEC = 2.0  # after this, any eligible node may take a job a better one left
+
+
+async def better_pollers(session: AsyncSession, node: NodeRow, now: datetime) -> list[NodeRow]:
+    """Other nodes waiting in a long-poll right now with room, ranked above this one."""
+    waiting = (
+        await session.scalars(
+            select(NodeRow).where(
+                NodeRow.polling_until > now,
+                NodeRow.id != node.id,
+                NodeRow.poll_free_slots > 0,
+            )
+        )
+    ).all()
+    mine = ranking.rank(node)
+    return [other for other in waiting if ranking.rank(other) > mine]
+
+
+def left_to_rival(
+    rivals: list[NodeRow], req: Requirements, created_at: datetime, now: datetime
+) -> bool:
+    """The job is younger than the grace and one of `rivals` could take it."""
+    grace = now - timedelta(seconds=RANKING_GRACE_SEC)
+    return created_at > grace and any(_can_take(rival, req, now) for rival in rivals)
+
+
+def _can_take(rival: NodeRow, req: Requirements, now: datetime) -> bool:
+    return serves(rival, req, now) and (
+        not req.runtime.needs_gpu or rival.poll_free_gpus >= req.gpus
+    )
