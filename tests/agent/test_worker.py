@@ -53,6 +53,6 @@ async def test_a_saved_node_taking_in_quarantined_gpus_is_refused_at_start(
     await bare.connect()
     await bare.client.aclose()
     restarted = make_agent(tmp_path / "bare", app)  # the saved identity, the GPUs back
-    with pytest.raises(AgentStartError, match="refused this machine.*quarantined"):
+    with pytest.raises(AgentStartError, match=r"refused this machine.*quarantined"):
         await restarted.connect()
     await restarted.client.aclose()

@@ -19,6 +19,7 @@ from gpu_share.testing.factories import ADMIN
 from gpu_share.testing.live import Live, fast_settings
 from gpu_share.testing.models import slow_model
 from gpu_share.testing.servers import free_port, serve
+from gpu_share.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -137,11 +138,16 @@ async def test_a_paused_agents_late_result_is_refused(live: Live) -> None:
     assert (done["status"], done["attempts"]) == ("done", 2)
     first.resume()
     refusals = ("refused the result (lease stale)", "lease lost; result not reported")
-    for _ in range(300):  # the first agent wakes, finishes its copy, and is told it lost
-        if any(refusal in first.log for refusal in refusals):
-            break
-        await asyncio.sleep(0.1)
-    assert any(refusal in first.log for refusal in refusals), first.log[-2000:]
+
+    async def log_of_first() -> str:
+        return first.log
+
+    await eventually(  # the first agent wakes, finishes its copy, and is told it lost
+        log_of_first,
+        lambda log: any(refusal in log for refusal in refusals),
+        what="the first agent told that its result is refused",
+        detail=live.agent_logs,
+    )
     final = await live.get(invoke_id)
     assert (final["status"], final["node_id"], final["finished_at"]) == (
         "done",

@@ -22,9 +22,10 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.money import billing, ledger
 from gpu_share.testing.clock import SystemClock
 from gpu_share.testing.factories import ADMIN
-from gpu_share.testing.live import Live, fast_settings
+from gpu_share.testing.live import AGENT_START_TIMEOUT_SEC, Live, fast_settings
 from gpu_share.testing.models import slow_model
 from gpu_share.testing.servers import free_port, serve
+from gpu_share.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -32,13 +33,15 @@ RATE = 36_000_000  # 36 USDC per CPU-hour
 
 
 async def first_node(db: Database) -> NodeRow:
-    for _ in range(600):
+    async def node() -> NodeRow | None:
         async with db.read() as session:
-            node: NodeRow | None = await session.scalar(select(NodeRow))
-        if node is not None:
-            return node
-        await asyncio.sleep(0.1)
-    raise AssertionError("the agent never registered")
+            return await session.scalar(select(NodeRow))
+
+    registered = await eventually(
+        node, what="the agent registered", timeout=AGENT_START_TIMEOUT_SEC
+    )
+    assert registered is not None
+    return registered
 
 
 async def price_the_node(db: Database, rate: int) -> NodeRow:

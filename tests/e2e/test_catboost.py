@@ -1,6 +1,5 @@
 """CatBoost training (SPEC §1.6, §4.3) through a real coordinator and real agent processes."""
 
-import asyncio
 import base64
 import hashlib
 import io
@@ -13,6 +12,7 @@ import pytest
 from sklearn.datasets import load_breast_cancer
 
 from gpu_share.testing.live import Live
+from gpu_share.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -206,14 +206,14 @@ async def test_a_killed_agent_s_training_resumes_from_its_snapshot_elsewhere(liv
         },
         npz_bytes(X=X, y=y),
     )
-    for _ in range(600):  # until a snapshot has reached the platform
-        listed = await live.http.get(
+    await eventually(
+        lambda: live.http.get(
             "/v1/artifacts", params={"kind": "checkpoint"}, headers=live.tenant_headers
-        )
-        if listed.json()["items"]:
-            break
-        await asyncio.sleep(0.1)
-    assert listed.json()["items"], "no checkpoint was uploaded"
+        ),
+        lambda listed: listed.json()["items"],
+        what="a snapshot uploaded to the platform",
+        detail=live.agent_logs,
+    )
     state = await live.get(invoke_id)
     assert state["status"] == "running"
     first.kill()

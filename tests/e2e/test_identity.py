@@ -10,22 +10,28 @@ import pytest
 from gpu_share.testing.factories import bearer, create_provider
 from gpu_share.testing.live import AGENT_START_TIMEOUT_SEC, Live
 from gpu_share.testing.processes import AgentProcess
+from gpu_share.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
 
 async def nodes_once(live: Live, key: str, seen: set[str] | None = None) -> list[dict[str, Any]]:
     """The provider's nodes once one registered (and, with `seen`, once it is heard from anew)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + AGENT_START_TIMEOUT_SEC
-    while True:
-        listed: list[dict[str, Any]] = (
+
+    async def listed() -> list[dict[str, Any]]:
+        nodes: list[dict[str, Any]] = (
             await live.http.get("/v1/provider/nodes", headers=bearer(key))
         ).json()
-        if listed and (seen is None or {n["last_seen_at"] for n in listed} - seen):
-            return listed
-        assert loop.time() < deadline, "no agent registered"
-        await asyncio.sleep(0.2)
+        return nodes
+
+    return await eventually(
+        listed,
+        lambda nodes: nodes and (seen is None or {n["last_seen_at"] for n in nodes} - seen),
+        what="an agent registered" if seen is None else "the node heard from anew",
+        timeout=AGENT_START_TIMEOUT_SEC,
+        every=0.2,
+        detail=live.agent_logs,
+    )
 
 
 async def test_an_agent_that_lost_its_identity_file_registers_as_the_same_node(
@@ -41,10 +47,16 @@ async def test_an_agent_that_lost_its_identity_file_registers_as_the_same_node(
     (data_dir / "identity.json").unlink()  # the agent must register again with its token
     again = AgentProcess(live.base_url, provider.enrollment_token, data_dir)
     live.agents.append(again)
-    for _ in range(int(AGENT_START_TIMEOUT_SEC * 10)):
-        if "it is node" in again.log or again.process.poll() is not None:
-            break
-        await asyncio.sleep(0.1)
+
+    async def registered_or_ended() -> bool:
+        return "it is node" in again.log or again.process.poll() is not None
+
+    await eventually(
+        registered_or_ended,
+        what="the agent registered again",
+        timeout=AGENT_START_TIMEOUT_SEC,
+        detail=live.agent_logs,
+    )
     assert f"this machine was registered before: it is node {node['id']}" in again.log, again.log
     listed = await nodes_once(live, provider.key, seen={node["last_seen_at"]})
     assert [n["id"] for n in listed] == [node["id"]]  # one machine, one node

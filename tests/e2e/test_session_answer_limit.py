@@ -1,7 +1,6 @@
 """One tenant's oversized answer fails that forward alone: two tenants' sessions on one
 real agent, a real coordinator served as `gpu-share server` serves it."""
 
-import asyncio
 import hashlib
 import io
 import time
@@ -67,20 +66,7 @@ async def open_session(live: Live, tenant: TenantHandle, model: bytes) -> str:
     )
     assert uploaded.status_code == 201, uploaded.text
     payload = {"runtime": "onnx_cpu", "model_url": uploaded.json()["url"]}
-    for _ in range(100):  # until the agent's session channel is up
-        response = await live.http.post("/v1/gpu/sessions", json=payload, headers=tenant.headers)
-        if response.status_code != 503:
-            break
-        await asyncio.sleep(0.1)
-    assert response.status_code == 201, response.text
-    session: dict[str, Any] = response.json()
-    for _ in range(1200):  # loading a model is slow on a busy machine
-        if session["status"] != "starting":
-            break
-        await asyncio.sleep(0.05)
-        session = (
-            await live.http.get(f"/v1/gpu/sessions/{session['id']}", headers=tenant.headers)
-        ).json()
+    session = await live.create_session(payload, tenant.headers)
     assert session["status"] == "ready", (session, live.agents[0].log[-3000:])
     session_id: str = session["id"]
     return session_id

@@ -12,6 +12,7 @@ import pytest
 from gpu_share.examples import DIGITS_EXPECTED_LABELS, DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.testing.factories import create_tenant
 from gpu_share.testing.live import AGENT_START_TIMEOUT_SEC, Live
+from gpu_share.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -30,25 +31,15 @@ def npz(data: bytes) -> dict[str, np.ndarray]:
 ROWS = np.load(DIGITS_INPUTS)["input"]
 
 
+async def state_of(live: Live, session_id: str) -> dict[str, Any]:
+    response = await live.http.get(f"/v1/gpu/sessions/{session_id}", headers=live.tenant_headers)
+    state: dict[str, Any] = response.json()
+    return state
+
+
 async def open_session(live: Live, **body: Any) -> dict[str, Any]:
     model_url = await live.upload(DIGITS_MODEL.read_bytes(), "model")
-    payload = {"runtime": "onnx_cpu", "model_url": model_url, **body}
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + AGENT_START_TIMEOUT_SEC
-    while True:  # until the agent's session channel is up
-        response = await live.http.post(
-            "/v1/gpu/sessions", json=payload, headers=live.tenant_headers
-        )
-        if response.status_code != 503 or loop.time() > deadline:
-            break
-        await asyncio.sleep(0.1)
-    assert response.status_code == 201, response.text
-    session: dict[str, Any] = response.json()
-    while session["status"] == "starting" and loop.time() < deadline + 30:
-        await asyncio.sleep(0.05)
-        session = (
-            await live.http.get(f"/v1/gpu/sessions/{session['id']}", headers=live.tenant_headers)
-        ).json()
+    session = await live.create_session({"runtime": "onnx_cpu", "model_url": model_url, **body})
     assert session["status"] == "ready", session
     return session
 
@@ -95,11 +86,11 @@ async def test_open_forward_many_times_and_close(live: Live) -> None:
     assert as_json.status_code == 200
     assert as_json.json()["outputs"]["label"] == DIGITS_EXPECTED_LABELS
 
-    await asyncio.sleep(2.5)  # counters are flushed by the upkeep loop
-    state = (
-        await live.http.get(f"/v1/gpu/sessions/{session['id']}", headers=live.tenant_headers)
-    ).json()
-    assert state["forward_count"] == 21
+    await eventually(  # counters are flushed by the upkeep loop
+        lambda: state_of(live, session["id"]),
+        lambda state: state["forward_count"] == 21,
+        what="the 21 forwards counted",
+    )
     closed = await live.http.delete(
         f"/v1/gpu/sessions/{session['id']}", headers=live.tenant_headers
     )
@@ -161,13 +152,11 @@ async def test_other_tenants_cannot_see_or_use_a_session(live: Live) -> None:
 async def test_idle_session_closes_after_its_timeout(live: Live) -> None:
     live.agent()
     session = await open_session(live, idle_timeout_sec=1)
-    for _ in range(100):
-        state = (
-            await live.http.get(f"/v1/gpu/sessions/{session['id']}", headers=live.tenant_headers)
-        ).json()
-        if state["status"] != "ready":
-            break
-        await asyncio.sleep(0.1)
+    state = await eventually(
+        lambda: state_of(live, session["id"]),
+        lambda state: state["status"] != "ready",
+        what="the idle session closed",
+    )
     assert state["status"] == "closed"
     assert state["error"]["code"] == "IDLE_TIMEOUT"
 
@@ -176,11 +165,11 @@ async def test_killed_agent_fails_the_session_and_forwards_get_a_clear_error(liv
     agent = live.agent()
     session = await open_session(live)
     agent.kill()
-    for _ in range(100):
-        response = await forward(live, session["id"], npz_bytes(input=ROWS[:1]))
-        if response.status_code != 200:
-            break
-        await asyncio.sleep(0.1)
+    response = await eventually(
+        lambda: forward(live, session["id"], npz_bytes(input=ROWS[:1])),
+        lambda response: response.status_code != 200,
+        what="the coordinator noticing the killed agent",
+    )
     assert response.status_code == 410
     assert response.json()["error"]["code"] == "SESSION_CLOSED"
     assert response.json()["error"]["details"]["reason"] == "NODE_LOST"
@@ -194,28 +183,7 @@ async def test_killed_agent_fails_the_session_and_forwards_get_a_clear_error(liv
 async def test_a_model_that_does_not_load_fails_the_session(live: Live) -> None:
     live.agent()
     bad = await live.upload(b"not an onnx model", "model")
-    response = await live.http.post(
-        "/v1/gpu/sessions",
-        json={"runtime": "onnx_cpu", "model_url": bad},
-        headers=live.tenant_headers,
-    )
-    for _ in range(100):
-        if response.status_code != 503:
-            break
-        await asyncio.sleep(0.1)
-        response = await live.http.post(
-            "/v1/gpu/sessions",
-            json={"runtime": "onnx_cpu", "model_url": bad},
-            headers=live.tenant_headers,
-        )
-    session = response.json()
-    for _ in range(100):
-        if session["status"] != "starting":
-            break
-        await asyncio.sleep(0.1)
-        session = (
-            await live.http.get(f"/v1/gpu/sessions/{session['id']}", headers=live.tenant_headers)
-        ).json()
+    session = await live.create_session({"runtime": "onnx_cpu", "model_url": bad})
     assert session["status"] == "failed"
     assert session["error"]["code"] == "INVALID_MODEL"
 
@@ -258,19 +226,25 @@ async def test_the_sdk_recreates_a_session_whose_node_died_when_asked(live: Live
         old_id = resilient.id
         first_node = resilient.info.node_id if resilient.info else None
         live.agent("second")
-        for _ in range(100):  # until the second agent's channel takes sessions too
-            probe = await open_session(live)
-            await live.http.delete(f"/v1/gpu/sessions/{probe['id']}", headers=live.tenant_headers)
-            if probe["node_id"] != first_node:
-                break
+
+        async def probe() -> dict[str, Any]:
+            session = await open_session(live)
+            await live.http.delete(f"/v1/gpu/sessions/{session['id']}", headers=live.tenant_headers)
+            return session
+
+        await eventually(
+            probe,
+            lambda session: session["node_id"] != first_node,
+            what="the second agent's channel taking sessions too",
+            timeout=AGENT_START_TIMEOUT_SEC,
+            detail=live.agent_logs,
+        )
         first.kill()
-        for _ in range(100):  # until the coordinator noticed
-            state = (
-                await live.http.get(f"/v1/gpu/sessions/{old_id}", headers=live.tenant_headers)
-            ).json()
-            if state["status"] == "failed":
-                break
-            await asyncio.sleep(0.1)
+        await eventually(
+            lambda: state_of(live, old_id),
+            lambda state: state["status"] == "failed",
+            what="the coordinator noticing the killed agent",
+        )
         with pytest.raises(SessionClosed):
             await plain.forward({"input": ROWS[:1]})
         outputs = await resilient.forward({"input": ROWS[:1]})
@@ -311,15 +285,22 @@ async def test_deleting_a_session_answers_forwards_in_flight(live: Live) -> None
         headers=live.tenant_headers,
     )
     session_id = created.json()["id"]
-    for _ in range(100):
-        if (
-            await live.http.get(f"/v1/gpu/sessions/{session_id}", headers=live.tenant_headers)
-        ).json()["status"] == "ready":
-            break
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: state_of(live, session_id),
+        lambda state: state["status"] == "ready",
+        what="the slow model's session ready",
+        every=0.05,
+    )
     in_flight = asyncio.create_task(forward(live, session_id, npz_bytes(x=np.zeros(1, np.float32))))
-    await asyncio.sleep(0.5)  # the model is busy with it now
-    assert not in_flight.done()
+    assert live.replica is not None
+    hub = live.replica.hub
+
+    async def forwards_in_flight() -> int:
+        held = hub.get(session_id)
+        return len(held.inflight) if held is not None else 0
+
+    await eventually(forwards_in_flight, what="the forward sent on to the agent", every=0.05)
+    assert not in_flight.done()  # the model is busy with it
     deleted = await live.http.delete(f"/v1/gpu/sessions/{session_id}", headers=live.tenant_headers)
     assert deleted.json()["status"] == "closed"
     response = await asyncio.wait_for(in_flight, timeout=10)  # answered, not left hanging

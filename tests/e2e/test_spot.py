@@ -1,13 +1,12 @@
 """Spot training preempted by on-demand work, then resumed from its snapshot (SPEC §4.3),
 through a real coordinator and a real agent process."""
 
-import asyncio
-
 import catboost
 import numpy as np
 import pytest
 
 from gpu_share.testing.live import Live
+from gpu_share.testing.waiting import eventually
 from tests.e2e.test_catboost import npz_bytes, outputs_of, train
 
 pytestmark = pytest.mark.slow
@@ -32,14 +31,14 @@ async def test_a_spot_training_gives_its_slot_to_on_demand_work_and_resumes(
         npz_bytes(X=X, y=y),
         priority="spot",
     )
-    for _ in range(600):  # until a snapshot has reached the platform
-        listed = await live.http.get(
+    await eventually(
+        lambda: live.http.get(
             "/v1/artifacts", params={"kind": "checkpoint"}, headers=live.tenant_headers
-        )
-        if listed.json()["items"]:
-            break
-        await asyncio.sleep(0.1)
-    assert listed.json()["items"], "no checkpoint was uploaded"
+        ),
+        lambda listed: listed.json()["items"],
+        what="a snapshot uploaded to the platform",
+        detail=live.agent_logs,
+    )
     assert (await live.get(spot_id))["status"] == "running"
 
     urgent_id = await train(

@@ -10,12 +10,14 @@ from gpu_share.coordinator.core.orm import ChallengeRow, NodeRow
 from gpu_share.protocol.nodes import GpuInfo
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.protocol.trust import ChallengeKind, ChallengeParams, ChallengeStatus
+from gpu_share.testing.applications import approved_provider
 from gpu_share.testing.factories import TEST_ADMIN_KEY, bearer
 from gpu_share.testing.live import Live
 from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
 from gpu_share.testing.verification import mark_verified, proofs_for
+from tests.coordinator.services.providers.test_provider_applications import APPLICATION
 from tests.web.conftest import Browsing, screenshot, sign_in
-from tests.web.provider.test_machines import H100, approved_provider
+from tests.web.provider.test_machines import H100
 from tests.web.tenant.test_marketplace import key_of
 
 L4 = GpuInfo(index=2, uuid="GPU-l4-77", model="NVIDIA L4", vram_mb=23034, cuda_version="12.4")
@@ -75,7 +77,8 @@ async def prove_some(live: Live, node_id: str) -> None:
 async def test_declared_and_proven_hardware_show_to_provider_admin_and_tenant(
     live: Live, browsing: Browsing, tmp_path: Path
 ) -> None:
-    key, token = await approved_provider(live)  # declared 8 × H100 80GB and 2 × B200
+    claimed = await approved_provider(live.http, APPLICATION)  # declared 8 × H100 80GB and 2 × B200
+    key, token = claimed["api_key"], claimed["enrollment_token"]
     agent = SimulatedAgent(live.base_url)
     await agent.register(token)
     await agent.client.update_inventory(
@@ -121,19 +124,18 @@ async def test_declared_and_proven_hardware_show_to_provider_admin_and_tenant(
 
     await page.context.clear_cookies()
     await sign_in(page, live.base_url, key_of(live))
-    await agent.heartbeat()  # online (it has no loop beating for it)
-    await page.goto(f"{live.base_url}/console/marketplace")
-    assert agent.node_id not in await page.locator("main").inner_text()  # not all proven
-    await page.get_by_label("Show unverified machines").check()
-    await page.get_by_role("button", name="Show offers").click()
-    row = page.locator("main table tbody tr", has_text=agent.node_id)
-    assert "Unverified" in await row.inner_text()
-    assert live.replica is not None
-    await mark_verified(live.replica, agent.node_id)
-    await agent.heartbeat()
-    await page.goto(f"{live.base_url}/console/marketplace")
-    row = page.locator("main table tbody tr", has_text=agent.node_id)
-    assert "Verified" in await row.inner_text() and "Unverified" not in await row.inner_text()
-    await screenshot(page, tmp_path, "tenant-marketplace-verified")
+    async with agent.beating():  # online (offered) however long the browser takes
+        await page.goto(f"{live.base_url}/console/marketplace")
+        assert agent.node_id not in await page.locator("main").inner_text()  # not all proven
+        await page.get_by_label("Show unverified machines").check()
+        await page.get_by_role("button", name="Show offers").click()
+        row = page.locator("main table tbody tr", has_text=agent.node_id)
+        assert "Unverified" in await row.inner_text()
+        assert live.replica is not None
+        await mark_verified(live.replica, agent.node_id)
+        await page.goto(f"{live.base_url}/console/marketplace")
+        row = page.locator("main table tbody tr", has_text=agent.node_id)
+        assert "Verified" in await row.inner_text() and "Unverified" not in await row.inner_text()
+        await screenshot(page, tmp_path, "tenant-marketplace-verified")
     assert browsing.outside == []
     await agent.aclose()

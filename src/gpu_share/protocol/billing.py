@@ -34,9 +34,12 @@ class UsageGroup(StrEnum):
 
 class UsageLine(BaseModel):
     key: str = Field(description="The UTC day (YYYY-MM-DD) or the runtime")
-    charges: int
+    charges: int = Field(description="Charges made, refunded ones included")
     seconds: float = Field(description="Metered seconds")
-    cost: str = Field(description="USDC")
+    cost: str = Field(description="USDC spent: what these charges took less what was refunded")
+    refunded: str = Field(
+        default="0", description="USDC of these charges given back by refunds, whenever made"
+    )
 
 
 class Usage(BaseModel):
@@ -45,7 +48,10 @@ class Usage(BaseModel):
     start: date = Field(description="First UTC day counted")
     end: date = Field(description="Last UTC day counted")
     lines: list[UsageLine]
-    total: str
+    total: str = Field(description="USDC spent in the period, net of refunds")
+    refunded: str = Field(
+        default="0", description="USDC of the period's charges given back by refunds"
+    )
 
 
 def _sane_top_up(micro: int) -> int:
@@ -114,4 +120,11 @@ class Charge(BaseModel):
     spot: bool
     seconds: float
     rate_per_hour: str
-    cost: str
+    cost: str = Field(description="USDC the charge took")
+    refunded: str = Field(
+        default="0", description="USDC given back by a refund of this charge (all it took), or 0"
+    )
+    refunded_at: datetime | None = Field(default=None, description="When it was refunded")
+    refund_reason: str | None = Field(
+        default=None, description="Why, e.g. its node was caught returning wrong results"
+    )

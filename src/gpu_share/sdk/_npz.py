@@ -5,6 +5,12 @@ so every function imports it lazily and says how to install it when it is missin
 Archives are written member by member rather than with `np.savez(**arrays)`, so an
 input called `file` or `allow_pickle` cannot collide with a keyword, and nothing is
 ever pickled in either direction.
+
+What a server sends back is read as a stranger's file: through the one bounded NPZ
+reader (`gpu_share.npz_reading`), which judges from the archive's headers what it would
+expand to before inflating anything, refuses past `MAX_OUTPUTS_EXPANDED_BYTES` (or the
+`max_bytes` given) and past its count of arrays, never unpickles, and stops a member that
+inflates past what it declares. A refused archive is a `GpuShareError` saying why.
 """
 
 import io
@@ -12,7 +18,7 @@ import zipfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpu_share.sdk.errors import ConfigurationError, api_error
+from gpu_share.sdk.errors import ConfigurationError, GpuShareError, api_error
 
 if TYPE_CHECKING:
     import numpy as np
@@ -23,6 +29,9 @@ else:
     Array = Any
 
 SINGLE_ARRAY_NAME = "arr_0"  # what np.savez calls one unnamed array; feeds a single-input model
+# The most a server's NPZ may expand to in memory: the runtimes' default cap on inputs
+# (MAX_INPUTS_EXPANDED_BYTES), and what a server keeps of one job's outputs.
+MAX_OUTPUTS_EXPANDED_BYTES = 2 * 1024**3
 
 
 def require_numpy(purpose: str, *, instead: str = "") -> Any:
@@ -66,10 +75,24 @@ def encode(arrays: "Array | Mapping[str, Any]", field: str = "inputs") -> bytes:
     return buffer.getvalue()
 
 
-def decode(data: bytes) -> "dict[str, Array]":
-    np = require_numpy("reading outputs as arrays")
-    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-        return {name: archive[name] for name in archive.files}
+def decode(data: bytes, *, max_bytes: int | None = None) -> "dict[str, Array]":
+    """The arrays of an NPZ the server sent, by name; GpuShareError, reading nothing
+    past the headers, when it would expand past `max_bytes` (by default
+    `MAX_OUTPUTS_EXPANDED_BYTES`) or cannot be read safely."""
+    require_numpy("reading outputs as arrays")
+    from gpu_share.npz_reading import NpzError, NpzTooLarge, load_npz_bytes, size_text
+
+    limit = MAX_OUTPUTS_EXPANDED_BYTES if max_bytes is None else max_bytes
+    try:
+        return load_npz_bytes(data, max_bytes=limit)
+    except NpzTooLarge as exc:
+        raise GpuShareError(
+            f"refused the NPZ the server sent ({size_text(len(data))}): its arrays would "
+            f"take {size_text(exc.total)} in memory, more than the {size_text(exc.limit)} "
+            f"this client reads ({exc.largest})"
+        ) from exc
+    except NpzError as exc:
+        raise GpuShareError(f"refused the NPZ the server sent: {exc}") from exc
 
 
 def array_bytes(array: "Array") -> bytes:

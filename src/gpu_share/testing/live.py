@@ -1,6 +1,5 @@
 """A coordinator served on loopback with real agent processes, for end-to-end tests."""
 
-import asyncio
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -12,9 +11,10 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.testing.factories import create_provider, create_tenant
 from gpu_share.testing.processes import AgentProcess
+from gpu_share.testing.waiting import WAIT_SEC, eventually
 
 # A loaded machine can take this long to start an agent process (Python, imports, NVML).
-AGENT_START_TIMEOUT_SEC = 60.0
+AGENT_START_TIMEOUT_SEC = WAIT_SEC
 
 
 class Live:
@@ -56,15 +56,13 @@ class Live:
 
     async def invoke(self, **body: Any) -> str:
         payload = {"runtime": "onnx_cpu", "inputs_url": "", "timeout_sec": 120, **body}
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + AGENT_START_TIMEOUT_SEC
-        while True:  # until an agent has registered
-            response = await self.http.post(
-                "/v1/gpu/invoke", json=payload, headers=self.tenant_headers
-            )
-            if response.status_code != 503 or loop.time() > deadline:
-                break
-            await asyncio.sleep(0.1)
+        response = await eventually(
+            lambda: self.http.post("/v1/gpu/invoke", json=payload, headers=self.tenant_headers),
+            lambda answer: answer.status_code != 503,
+            what="an agent registered to take the invoke",
+            timeout=AGENT_START_TIMEOUT_SEC,
+            detail=self.agent_logs,
+        )
         assert response.status_code == 202, response.text
         invoke_id: str = response.json()["id"]
         return invoke_id
@@ -76,23 +74,52 @@ class Live:
         return body
 
     async def wait_for(
-        self, invoke_id: str, until: Callable[[dict[str, Any]], bool], timeout: float = 60
+        self, invoke_id: str, until: Callable[[dict[str, Any]], bool], timeout: float = WAIT_SEC
     ) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            state = await self.get(invoke_id)
-            if until(state):
-                return state
-            if loop.time() > deadline:
-                logs = "\n".join(a.log[-3000:] for a in self.agents)
-                raise AssertionError(f"invoke stuck at {state}\nagent logs:\n{logs}")
-            await asyncio.sleep(0.1)
+        return await eventually(
+            lambda: self.get(invoke_id),
+            until,
+            what=f"invoke {invoke_id} got where the test waits for",
+            timeout=timeout,
+            detail=self.agent_logs,
+        )
 
-    async def finished(self, invoke_id: str, timeout: float = 60) -> dict[str, Any]:
+    async def finished(self, invoke_id: str, timeout: float = WAIT_SEC) -> dict[str, Any]:
         return await self.wait_for(
             invoke_id, lambda s: s["status"] in ("done", "failed", "timeout", "canceled"), timeout
         )
+
+    async def create_session(
+        self, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """A session created (by the tenant, or whoever `headers` name) once an agent's
+        session channel is up; its state once it is no longer starting."""
+        headers = headers or self.tenant_headers
+        response = await eventually(
+            lambda: self.http.post("/v1/gpu/sessions", json=payload, headers=headers),
+            lambda answer: answer.status_code != 503,
+            what="an agent's session channel up",
+            timeout=AGENT_START_TIMEOUT_SEC,
+            detail=self.agent_logs,
+        )
+        assert response.status_code == 201, response.text
+        path = f"/v1/gpu/sessions/{response.json()['id']}"
+
+        async def state() -> dict[str, Any]:
+            body: dict[str, Any] = (await self.http.get(path, headers=headers)).json()
+            return body
+
+        return await eventually(  # loading a model is slow on a busy machine
+            state,
+            lambda session: session["status"] != "starting",
+            what="the session past starting",
+            every=0.05,
+            detail=self.agent_logs,
+        )
+
+    def agent_logs(self) -> str:
+        """The end of each agent's log, for a failure to show."""
+        return "agent logs:\n" + "\n".join(a.log[-3000:] for a in self.agents)
 
     async def logs(self, invoke_id: str) -> str:
         response = await self.http.get(

@@ -7,16 +7,17 @@ the same `CoordinatorClient` the real agent uses.
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import io
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 
-from gpu_share.agent.client import CoordinatorClient, StaleLease
+from gpu_share.agent.client import CoordinatorClient, StaleLease, is_transient
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.invokes import InvokeResult, InvokeStatus, Metrics
-from gpu_share.protocol.nodes import GpuInfo, GpuTopology, SandboxKind
+from gpu_share.protocol.nodes import GpuInfo, GpuTopology, SandboxKind, Telemetry
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.challenge_answers import Answered, ChallengeAnswer, answer
 
@@ -134,6 +135,8 @@ class SimulatedAgent:
         self.returning = False
         self.leased: list[str] = []
         self.reported: list[str] = []
+        # Leases it holds, as `beating` tells the coordinator until it answers to drop one.
+        self.holding: dict[str, wire.LeasedJob] = {}
 
     async def register(self, enrollment_token: str) -> str:
         result = await self.client.register(enrollment_token, self.inventory)
@@ -142,13 +145,19 @@ class SimulatedAgent:
         self.returning = result.returning  # the machine was known: its node again
         return result.node_id
 
-    async def heartbeat(self, running: list[wire.LeasedJob] = ()) -> wire.HeartbeatAck:  # type: ignore[assignment]
+    async def heartbeat(
+        self,
+        running: list[wire.LeasedJob] = (),  # type: ignore[assignment]
+        *,
+        telemetry: Telemetry | None = None,
+    ) -> wire.HeartbeatAck:
         return await self.client.heartbeat(
             wire.Heartbeat(
                 running=[
                     wire.RunningLease(invoke_id=j.invoke_id, lease_token=j.lease_token)
                     for j in running
-                ]
+                ],
+                telemetry=telemetry or Telemetry(),
             )
         )
 
@@ -170,6 +179,7 @@ class SimulatedAgent:
             )
         )
         self.leased.extend(job.invoke_id for job in response.jobs)
+        self.holding.update((job.invoke_id, job) for job in response.jobs)
         return response.jobs
 
     async def complete(self, job: wire.LeasedJob, outputs: bytes = b"sim-outputs") -> None:
@@ -190,6 +200,35 @@ class SimulatedAgent:
                     self.reported.append(job.invoke_id)
                 except StaleLease:
                     continue
+
+    @contextlib.asynccontextmanager
+    async def beating(self, telemetry: Telemetry | None = None) -> AsyncIterator[None]:
+        """Heartbeat in the background while the block runs, as the real agent's side task
+        does: the node stays online however long a slow (loaded) test takes, and the leases
+        it holds are extended until the coordinator answers to drop them. Each beat carries
+        `telemetry`. A transient failure is beaten through; any other ends the beating and
+        is raised when the block ends."""
+        task = asyncio.create_task(self._beat_forever(telemetry))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _beat_forever(self, telemetry: Telemetry | None) -> None:
+        while True:
+            try:
+                ack = await self.heartbeat(list(self.holding.values()), telemetry=telemetry)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                await asyncio.sleep(0.1)
+                continue
+            for status in ack.leases:
+                if status.verdict is wire.LeaseVerdict.DROP:
+                    self.holding.pop(status.invoke_id, None)
+            await asyncio.sleep(ack.heartbeat_interval_sec)
 
     async def answer_challenge(self, how: ChallengeAnswer | None = None) -> Answered:
         """Take the challenge the heartbeat answer names and answer it `how` (honestly)."""

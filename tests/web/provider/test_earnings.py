@@ -13,12 +13,14 @@ from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.money import payouts
 from gpu_share.protocol.payouts import PayoutSchedule
+from gpu_share.testing.applications import approved_provider
 from gpu_share.testing.earnings import post_charge
 from gpu_share.testing.factories import TEST_ADMIN_KEY
 from gpu_share.testing.live import Live
 from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
+from tests.coordinator.services.providers.test_provider_applications import APPLICATION
 from tests.web.conftest import Browsing, screenshot, sign_in
-from tests.web.provider.test_machines import H100, approved_provider
+from tests.web.provider.test_machines import H100
 
 ADDRESS = "7xKXtg2CW87d97TXJSDpbD5jBkheTqA83TZRuJosgAsU"
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -34,7 +36,8 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 async def provider_with_earnings(live: Live, db: Database) -> tuple[str, str]:
     """(key, provider id) of an approved provider with a machine and a week of charges:
     the last two still held, the others posted before earnings were held (payable)."""
-    key, token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key, token = claimed["api_key"], claimed["enrollment_token"]
     me = (await live.http.get("/v1/provider/me", headers={"Authorization": f"Bearer {key}"})).json()
     agent = SimulatedAgent(live.base_url)
     node_id = await agent.register(token)
@@ -130,7 +133,8 @@ async def test_an_admin_exports_a_batch_and_settles_its_payouts(
     live: Live, db: Database, browsing: Browsing, tmp_path: Path
 ) -> None:
     key, _ = await provider_with_earnings(live, db)
-    other_key, _ = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    other_key = claimed["api_key"]
     headers = {"Authorization": f"Bearer {key}"}
     saved = await live.http.put(
         "/v1/provider/payout-settings",

@@ -7,10 +7,11 @@ from pathlib import Path
 import httpx
 
 from gpu_share.agent.client import Unauthorized
+from gpu_share.testing.applications import approved_provider
 from gpu_share.testing.live import Live
 from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
+from tests.coordinator.services.providers.test_provider_applications import APPLICATION
 from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
-from tests.web.provider.test_machines import approved_provider
 
 
 async def registers(live: Live, token: str, name: str) -> bool:
@@ -27,7 +28,8 @@ async def registers(live: Live, token: str, name: str) -> bool:
 async def test_a_provider_rotates_then_revokes_a_token_in_the_browser(
     live: Live, browsing: Browsing, tmp_path: Path
 ) -> None:
-    key, token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key, token = claimed["api_key"], claimed["enrollment_token"]
     page = browsing.page
     await sign_in(page, live.base_url, key)
     section = page.locator("#enrollment-tokens")
@@ -66,7 +68,8 @@ async def test_a_provider_rotates_then_revokes_a_token_in_the_browser(
 
 
 async def test_token_forms_need_the_pages_csrf_and_a_providers_session(live: Live) -> None:
-    key, _token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key = claimed["api_key"]
     async with httpx.AsyncClient(base_url=live.base_url) as anonymous:
         answer = await anonymous.post("/provider/enrollment-tokens", data={"csrf": "x"})
         assert answer.status_code == 303 and answer.headers["location"].startswith("/signin")

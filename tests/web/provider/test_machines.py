@@ -3,9 +3,8 @@ and live telemetry; the tabs not filled yet say so honestly."""
 
 from pathlib import Path
 
-from gpu_share.protocol import agent as wire
 from gpu_share.protocol.nodes import GpuInfo, GpuTelemetry, Telemetry
-from gpu_share.testing.applications import apply_as_provider
+from gpu_share.testing.applications import approved_provider
 from gpu_share.testing.live import Live
 from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
 from tests.coordinator.services.providers.test_provider_applications import APPLICATION
@@ -21,19 +20,8 @@ H100 = GpuInfo(
 )
 
 
-async def approved_provider(live: Live) -> tuple[str, str]:
-    """An application approved and claimed through the API: (provider key, enrollment token)."""
-    receipt = await apply_as_provider(live.http, APPLICATION)
-    approved = await live.http.post(
-        f"/v1/admin/provider-applications/{receipt['id']}/approve", json={"tier": "enterprise"}
-    )
-    claim = approved.json()["claim_url"].rsplit("/", 1)[1]
-    claimed = (await live.http.post(f"/v1/provider/claim/{claim}")).json()
-    return claimed["api_key"], claimed["enrollment_token"]
-
-
-async def beat(agent: SimulatedAgent, utilization: float) -> None:
-    telemetry = Telemetry(
+def telemetry(utilization: float) -> Telemetry:
+    return Telemetry(
         cpu_pct=12.5,
         ram_used_mb=20_000,
         gpus=[
@@ -46,13 +34,13 @@ async def beat(agent: SimulatedAgent, utilization: float) -> None:
             )
         ],
     )
-    await agent.client.heartbeat(wire.Heartbeat(telemetry=telemetry))
 
 
 async def test_the_dashboard_shows_a_machine_online_with_live_telemetry(
     live: Live, browsing: Browsing, tmp_path: Path
 ) -> None:
-    key, token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key, token = claimed["api_key"], claimed["enrollment_token"]
     page = browsing.page
     await sign_in(page, live.base_url, key)
     assert page.url.endswith("/provider")
@@ -62,16 +50,18 @@ async def test_the_dashboard_shows_a_machine_online_with_live_telemetry(
     agent = SimulatedAgent(live.base_url)
     await agent.register(token)
     await agent.client.update_inventory(inventory(gpus=[H100], hostname="rack-7-node-2"))
-    for utilization in (10.0, 55.0, 90.0):
-        await beat(agent, utilization)
+    for utilization in (10.0, 55.0):
+        await agent.heartbeat(telemetry=telemetry(utilization))
     machine = page.locator("section.machine")
-    await machine.wait_for(timeout=30_000)  # the page refreshes itself, no reload
-    assert "rack-7-node-2" in await machine.locator("h2").inner_text()
-    assert (await machine.locator(".badge").first.inner_text()) == "online"
-    assert "NVIDIA H100 80GB HBM3" in await machine.inner_text()
-    assert "90" in await machine.locator("td").nth(1).inner_text()
-    assert await machine.locator("svg.spark path").count() >= 2  # charts drew
-    await screenshot(page, tmp_path, "provider-machines")
+    # Online however long the browser takes to refresh (its own timer, no reload).
+    async with agent.beating(telemetry(90.0)):
+        await machine.wait_for(timeout=60_000)
+        assert "rack-7-node-2" in await machine.locator("h2").inner_text()
+        assert (await machine.locator(".badge").first.inner_text()) == "online"
+        assert "NVIDIA H100 80GB HBM3" in await machine.inner_text()
+        assert "90" in await machine.locator("td").nth(1).inner_text()
+        assert await machine.locator("svg.spark path").count() >= 2  # charts drew
+        await screenshot(page, tmp_path, "provider-machines")
 
     await page.get_by_role("link", name="Earnings").click()
     assert await page.get_by_text("No earnings yet").is_visible()
@@ -80,7 +70,8 @@ async def test_the_dashboard_shows_a_machine_online_with_live_telemetry(
 
 
 async def test_a_provider_sees_only_its_own_machines(live: Live) -> None:
-    key, _token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key = claimed["api_key"]
     other = SimulatedAgent(live.base_url)
     await other.register(live.enrollment_token)  # a machine of another provider
     await other.client.update_inventory(inventory(hostname="someone-elses-box"))

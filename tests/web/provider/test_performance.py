@@ -1,20 +1,23 @@
 """The provider's Performance tab and schedule editor, over HTTP as a signed-in browser
 sends it (cookie and CSRF token), against a real coordinator and database."""
 
-import asyncio
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from playwright.async_api import Locator
 from sqlalchemy import select
 
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.orm import TenantRow
 from gpu_share.coordinator.core.settings import Settings
-from gpu_share.testing.live import Live
+from gpu_share.testing.applications import approved_provider
+from gpu_share.testing.live import AGENT_START_TIMEOUT_SEC, Live
 from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
+from gpu_share.testing.waiting import eventually
+from tests.coordinator.services.providers.test_provider_applications import APPLICATION
 from tests.coordinator.services.providers.test_reliability import (
     add_invoke,
     add_presence,
@@ -24,7 +27,6 @@ from tests.coordinator.services.providers.test_reliability import (
     set_node,
 )
 from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
-from tests.web.provider.test_machines import approved_provider
 
 
 def csrf_of(html: str) -> str:
@@ -55,7 +57,8 @@ async def machine(live: Live, token: str, hostname: str) -> SimulatedAgent:
 
 
 async def test_a_new_provider_sees_an_honest_empty_performance_tab(live: Live) -> None:
-    key, _token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key = claimed["api_key"]
     async with signed_in_client(live.base_url, key) as http:
         page = await http.get("/provider/performance")
     assert page.status_code == 200
@@ -67,7 +70,8 @@ async def test_a_new_provider_sees_an_honest_empty_performance_tab(live: Live) -
 async def test_the_performance_tab_shows_each_machine_its_components_and_their_history(
     live: Live, database: Database
 ) -> None:
-    key, token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key, token = claimed["api_key"], claimed["enrollment_token"]
     steady = await machine(live, token, "steady-box")
     flaky = await machine(live, token, "flaky-box")
     now = datetime.now(UTC)
@@ -106,7 +110,8 @@ async def test_a_real_agents_benchmarks_and_score_in_a_browser(
 ) -> None:
     """A real agent process benchmarks itself; the provider sees its figures on the
     Benchmarks tab and its neutral first score, parts and charts on the Performance tab."""
-    key, token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key, token = claimed["api_key"], claimed["enrollment_token"]
     live.enrollment_token = token
     live.agent(
         "bench", env={"GPUSHARE_AGENT_BENCHMARKS": "1", "GPUSHARE_AGENT_BENCHMARK_QUIET_SEC": "0"}
@@ -115,23 +120,28 @@ async def test_a_real_agents_benchmarks_and_score_in_a_browser(
     await sign_in(page, live.base_url, key)
     await page.get_by_role("link", name="Benchmarks").click()
     machine = page.locator("section.machine")
-    for _ in range(600):  # the agent starts, then runs its CPU suite: a deadline, not a timing
-        if await machine.count() and "Last run" in await machine.inner_text():
-            break
-        await asyncio.sleep(0.25)
+
+    async def shown(region: Locator) -> str:
         await page.reload()
-    text = await machine.inner_text()
+        return await region.inner_text() if await region.count() else ""
+
+    text = await eventually(  # the agent starts, then runs its CPU suite
+        lambda: shown(machine),
+        lambda text: "Last run" in text,
+        what="the agent's first benchmark run on the Benchmarks tab",
+        timeout=AGENT_START_TIMEOUT_SEC + 120,
+        every=0.25,
+    )
     assert "CPU matmul" in text and "GFLOP/s" in text, text
     assert "passed" in text or "delisted" in text  # the verdict: tests/e2e/test_benchmarks.py
     await screenshot(page, tmp_path, "provider-benchmarks")
 
     await page.get_by_role("link", name="Performance").click()
-    for _ in range(100):  # the reliability loop runs every 0.2 s here
-        if "No reliability score yet" not in await page.locator("main").inner_text():
-            break
-        await asyncio.sleep(0.1)
-        await page.reload()
-    main = await page.locator("main").inner_text()
+    main = await eventually(  # the reliability loop runs every 0.2 s here
+        lambda: shown(page.locator("main")),
+        lambda text: "No reliability score yet" not in text,
+        what="the machine's first reliability score",
+    )
     assert "0.9" in main and "Uptime in your windows" in main, main
     assert await page.locator("svg.spark").count() == 0  # minutes old: no line to draw yet
     assert await page.get_by_text("Charts of each score by day appear here").is_visible()
@@ -140,7 +150,8 @@ async def test_a_real_agents_benchmarks_and_score_in_a_browser(
 
 
 async def test_the_schedule_editor_saves_windows_and_says_what_to_fix(live: Live) -> None:
-    key, token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key, token = claimed["api_key"], claimed["enrollment_token"]
     agent = await machine(live, token, "evening-box")
     url = f"/provider/machines/{agent.node_id}/schedule"
     async with signed_in_client(live.base_url, key) as http:
@@ -205,7 +216,8 @@ async def test_the_schedule_editor_saves_windows_and_says_what_to_fix(live: Live
 
 
 async def test_another_providers_machine_has_no_schedule_page(live: Live) -> None:
-    key, _token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key = claimed["api_key"]
     other = await machine(live, live.enrollment_token, "someone-elses-box")
     async with signed_in_client(live.base_url, key) as http:
         page = await http.get(f"/provider/machines/{other.node_id}/schedule")

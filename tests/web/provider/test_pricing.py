@@ -10,13 +10,15 @@ import httpx
 import pytest
 
 from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.testing.applications import approved_provider
 from gpu_share.testing.factories import ProviderHandle, bearer, create_provider
 from gpu_share.testing.live import Live
 from gpu_share.testing.simulated_agent import AgentFactory, SimulatedAgent, inventory
+from tests.coordinator.services.providers.test_provider_applications import APPLICATION
 from tests.protocol.test_money import OFF_PATTERN
 from tests.web.admin.test_pages import signed_in
 from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
-from tests.web.provider.test_machines import H100, approved_provider
+from tests.web.provider.test_machines import H100
 from tests.web.provider.test_performance import csrf_of
 
 CARD = "section#model-nvidia-h100-80gb-hbm3"
@@ -25,7 +27,9 @@ CARD = "section#model-nvidia-h100-80gb-hbm3"
 async def h100_machine(live: Live, token: str, hostname: str, region: str) -> SimulatedAgent:
     agent = SimulatedAgent(live.base_url)
     await agent.register(token)
-    await agent.client.update_inventory(inventory(gpus=[H100], hostname=hostname, region=region))
+    await agent.client.update_inventory(  # a machine of its own: its H100 has its own UUID
+        inventory(gpus=[H100], hostname=hostname, region=region, machine=hostname)
+    )
     return agent
 
 
@@ -43,7 +47,8 @@ async def competitor(live: Live, name: str, price: str) -> SimulatedAgent:
 
 
 async def test_a_provider_without_machines_sees_an_honest_empty_pricing_tab(live: Live) -> None:
-    key, _token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key = claimed["api_key"]
     async with signed_in_client(live.base_url, key) as http:
         page = await http.get("/provider/pricing")
     assert page.status_code == 200
@@ -52,7 +57,8 @@ async def test_a_provider_without_machines_sees_an_honest_empty_pricing_tab(live
 
 
 async def test_the_form_refuses_what_is_wrong_and_changes_nothing(live: Live) -> None:
-    key, token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key, token = claimed["api_key"], claimed["enrollment_token"]
     agent = await h100_machine(live, token, "rack-1", "eu-west")
     async with signed_in_client(live.base_url, key) as http:
         csrf = csrf_of((await http.get("/provider/pricing")).text)
@@ -98,7 +104,8 @@ async def test_the_form_refuses_what_is_wrong_and_changes_nothing(live: Live) ->
 async def test_a_provider_prices_a_gpu_model_in_a_browser_beside_the_market(
     live: Live, browsing: Browsing, tmp_path: Path
 ) -> None:
-    key, token = await approved_provider(live)
+    claimed = await approved_provider(live.http, APPLICATION)
+    key, token = claimed["api_key"], claimed["enrollment_token"]
     mine = await h100_machine(live, token, "rack-7-node-2", "eu-west")
     others = [
         await competitor(live, name, price)

@@ -2,7 +2,6 @@
 upload from the page, start an invoke from the form, follow its log, read its result.
 Plus what must be refused: another tenant's invoke, an upload without the CSRF header."""
 
-import asyncio
 import io
 import os
 import re
@@ -20,6 +19,7 @@ from gpu_share.examples import DIGITS_EXPECTED_LABELS, DIGITS_INPUTS, DIGITS_MOD
 from gpu_share.testing.factories import create_tenant
 from gpu_share.testing.live import Live
 from gpu_share.testing.simulated_agent import SimulatedAgent
+from gpu_share.testing.waiting import eventually
 from tests.web.conftest import Browsing
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -89,11 +89,14 @@ async def test_a_tenant_uploads_starts_and_follows_an_invoke_in_the_browser(
     await shoot(page, tmp_path, "artifacts")
 
     await nav(page, "Invokes").click()
-    for _ in range(600):  # until the agent's node is online: the form offers its runtimes
-        if await page.locator("select#runtime").count():
-            break
-        await asyncio.sleep(0.2)
+
+    async def runtimes_offered() -> int:
         await page.reload()
+        return await page.locator("select#runtime").count()
+
+    await eventually(  # the form offers its runtimes once the agent's node is online
+        runtimes_offered, what="the invoke form offering the agent's runtimes", every=0.2
+    )
     await page.get_by_label("Runtime", exact=True).select_option("onnx_cpu")
     await page.get_by_label("Inputs", exact=True).select_option(index=1)  # the NPZ just uploaded
     await page.get_by_label("Timeout (seconds)").fill("120")
@@ -184,7 +187,8 @@ async def test_only_its_tenant_sees_an_invoke_and_cancels_it_from_its_page(
     agent = SimulatedAgent(live.base_url)  # online, but takes no work: the invoke waits
     await agent.register(live.enrollment_token)
     model = await live.upload(DIGITS_MODEL.read_bytes(), "model")
-    theirs = await live.invoke(model_url=model)
+    async with agent.beating():  # online when the invoke is placed, however loaded the machine
+        theirs = await live.invoke(model_url=model)
     intruder = await create_tenant(live.http, "Intruder Inc")
     async with signed_in(live.base_url, intruder.key) as (http, csrf):
         for path in ("", "/log", "/outputs"):
@@ -217,7 +221,10 @@ async def test_the_new_invoke_form_says_what_is_wrong_next_to_each_field(live: L
     await live.upload(DIGITS_MODEL.read_bytes(), "model")
     inputs_url = await live.upload(DIGITS_INPUTS.read_bytes(), "inputs")
     inputs_id = inputs_url.split("/")[-2]
-    async with signed_in(live.base_url, key_of(live.tenant_headers)) as (http, csrf):
+    async with (
+        agent.beating(),  # online: onnx_cpu is offered, whatever else is wrong
+        signed_in(live.base_url, key_of(live.tenant_headers)) as (http, csrf),
+    ):
         form = {"csrf": csrf, "runtime": "onnx_cpu", "model": inputs_id, "timeout_sec": "0"}
         answer = await http.post("/console/invokes", data=form)
         assert answer.status_code == 422
@@ -296,14 +303,15 @@ async def test_an_invoke_page_previews_no_outputs_that_would_inflate_past_its_li
     np.savez(normal, y=np.arange(3, dtype=np.float32))
     assert len(bomb.getvalue()) < 256 * 1024
     pages = {}
-    for outputs in (bomb.getvalue(), normal.getvalue()):
-        invoke_id = await live.invoke(model_url=model)
-        (job,) = await agent.lease()
-        await agent.complete(job, outputs)
-        async with signed_in(live.base_url, key_of(live.tenant_headers)) as (http, _):
-            page = await http.get(f"/console/invokes/{invoke_id}")
-        assert page.status_code == 200
-        pages[len(outputs)] = page.text
+    async with agent.beating():  # online, and its leases held, however loaded the machine
+        for outputs in (bomb.getvalue(), normal.getvalue()):
+            invoke_id = await live.invoke(model_url=model)
+            (job,) = await agent.lease()
+            await agent.complete(job, outputs)
+            async with signed_in(live.base_url, key_of(live.tenant_headers)) as (http, _):
+                page = await http.get(f"/console/invokes/{invoke_id}")
+            assert page.status_code == 200
+            pages[len(outputs)] = page.text
     inflating, small = pages[len(bomb.getvalue())], pages[len(normal.getvalue())]
     assert "First values" not in inflating and "of npz, returned with the result" in inflating
     assert "First values" in small and "[0., 1., 2.]" in small

@@ -429,12 +429,18 @@ async def test_usage_per_day_per_runtime_and_as_csv(
     today = clock.now().date().isoformat()
     by_day = (await client.get("/v1/billing/usage", headers=tenant.headers)).json()
     assert (by_day["total"], len(by_day["lines"])) == ("0.075", 30)
-    assert by_day["lines"][-1] == {"key": today, "charges": 2, "seconds": 108.0, "cost": "0.075"}
+    assert by_day["lines"][-1] == {
+        "key": today,
+        "charges": 2,
+        "seconds": 108.0,
+        "cost": "0.075",
+        "refunded": "0",
+    }
     by_runtime = (
         await client.get("/v1/billing/usage", params={"group": "runtime"}, headers=tenant.headers)
     ).json()
     assert by_runtime["lines"] == [
-        {"key": "onnx_cpu", "charges": 2, "seconds": 108.0, "cost": "0.075"}
+        {"key": "onnx_cpu", "charges": 2, "seconds": 108.0, "cost": "0.075", "refunded": "0"}
     ]
     csv = await client.get(
         "/v1/billing/usage", params={"format": "csv", "from": today}, headers=tenant.headers
@@ -442,7 +448,7 @@ async def test_usage_per_day_per_runtime_and_as_csv(
     assert csv.headers["content-type"].startswith("text/csv")
     header, *rows = csv.text.splitlines()
     assert header.startswith("at,work,work_id,runtime") and len(rows) == 2
-    assert rows[1].endswith(",72.0,2.5,0.05")
+    assert rows[1].endswith(",72.0,2.5,0.05,0,,")  # not refunded: 0, no time, no reason
     bad = await client.get(
         "/v1/billing/usage", params={"from": today, "to": "2000-01-01"}, headers=tenant.headers
     )

@@ -42,6 +42,21 @@ async def books(app: FastAPI, tenant: TenantHandle) -> tuple[int, int]:
         return await ledger.balance(session, ledger.tenant_balance(tenant.id)), int(posted or 0)
 
 
+async def legacy_keyed_top_up(
+    app: FastAPI, tenant: TenantHandle, key: str, reference: str, micro: int
+) -> None:
+    """A top-up as those sent with an Idempotency-Key were once recorded: under the key."""
+    async with app.state.replica.db.write() as session:
+        await ledger.post(
+            session,
+            cause=f"top_up:{tenant.id}:key:{key}",
+            kind=TransactionKind.TOP_UP,
+            entries=ledger.transfer(ledger.WORLD, ledger.tenant_balance(tenant.id), micro),
+            now=app.state.replica.clock.now(),
+            details={"tenant_id": tenant.id, "amount_micro": micro, "reference": reference},
+        )
+
+
 async def test_one_wire_posted_under_new_or_no_idempotency_keys_is_credited_once(
     app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle
 ) -> None:
@@ -72,15 +87,7 @@ async def test_a_retry_of_a_top_up_recorded_under_its_key_credits_nothing(
     app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle
 ) -> None:
     """Top-ups sent with a key were once recorded under it; retrying one finds it."""
-    async with app.state.replica.db.write() as session:
-        await ledger.post(
-            session,
-            cause=f"top_up:{tenant.id}:key:k-old",
-            kind=TransactionKind.TOP_UP,
-            entries=ledger.transfer(ledger.WORLD, ledger.tenant_balance(tenant.id), 100_000_000),
-            now=app.state.replica.clock.now(),
-            details={"tenant_id": tenant.id, "amount_micro": 100_000_000, "reference": "wire-100"},
-        )
+    await legacy_keyed_top_up(app, tenant, "k-old", "wire-100", 100_000_000)
     retry = await top_up(client, tenant, "100", key="k-old")
     assert (retry.status_code, retry.json()["replayed"]) == (200, True)
     assert (await top_up(client, tenant, "300", key="k-old")).status_code == 409
@@ -88,6 +95,37 @@ async def test_a_retry_of_a_top_up_recorded_under_its_key_credits_nothing(
     other = await top_up(client, tenant, "5", reference="wire-101", key="k-old")
     assert other.status_code == 201  # another payment, whatever key it carries
     assert await books(app, tenant) == (105_000_000, 2)
+
+
+@pytest.mark.parametrize("reference", ["wire-100", "INV \"7%\" _x\\' ->>'"])
+@pytest.mark.parametrize("key", ["k-new", None])
+async def test_a_payment_recorded_under_its_key_is_not_credited_again_under_another_or_none(
+    app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle, key: str | None, reference: str
+) -> None:
+    """The reference decides, even for a top-up recorded under the key it came with: the
+    same wire posted again with a new key (or none) finds it and credits nothing."""
+    await legacy_keyed_top_up(app, tenant, "k-old", reference, 100_000_000)
+    await legacy_keyed_top_up(app, tenant, "k-other", "wire-7", 7_000_000)  # another payment
+    again = await top_up(client, tenant, "100", reference, key=key)
+    assert again.status_code == 200, again.text
+    assert (again.json()["replayed"], again.json()["available"]) == (True, "107")
+    assert await books(app, tenant) == (107_000_000, 2)
+
+    refused = await top_up(client, tenant, "300", reference, key=key)
+    assert refused.status_code == 409, refused.text
+    error = refused.json()["error"]
+    assert repr(reference) in error["message"] and "100 USDC" in error["message"]
+    assert error["details"] == {"reference": reference, "credited": "100", "amount": "300"}
+    assert await books(app, tenant) == (107_000_000, 2)
+
+
+async def test_a_reference_that_only_another_tenant_used_is_credited(
+    app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle, other_tenant: TenantHandle
+) -> None:
+    await legacy_keyed_top_up(app, other_tenant, "k-old", "wire-100", 100_000_000)
+    made = await top_up(client, tenant, "100", key="k-new")
+    assert (made.status_code, made.json()["available"]) == (201, "100")
+    assert await books(app, tenant) == (100_000_000, 2)
 
 
 @pytest.mark.parametrize("amount", OFF_PATTERN)

@@ -72,10 +72,16 @@ async def get_earnings(
 async def get_earnings_csv(
     provider: ProviderPrincipal, replica: ReplicaDep, since: Since = None, until: Until = None
 ) -> Response:
-    """Every charge of the range, oldest first, one line each."""
+    """Every charge of the range, oldest first, one line each, with its `status` (held,
+    payable or refunded) and, while held, when it becomes payable (`payable_at`)."""
     async with replica.db.read() as session:
         name, content = await earnings.earnings_csv(
-            session, provider.provider_id, replica.clock.now(), since, until
+            session,
+            provider.provider_id,
+            replica.clock.now(),
+            since,
+            until,
+            hold=HoldPolicy.of(replica.settings),
         )
     return csv_response(name, content)
 

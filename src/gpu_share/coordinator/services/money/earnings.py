@@ -5,28 +5,34 @@ their pending one), with the `ChargeDetails` it carries; and what of it is still
 
 The amount of a line is the entry that landed in the provider's account (the books
 are the truth); the tenant's cost and the platform's commission come from the
-charge's details. Which tenant paid is never shown to the provider. Days and weeks are
-UTC: a week starts on Monday 00:00, a month on the 1st.
+charge's details. Where each charge stands (`ChargeStatus`) is read with it: held while
+its hold row lasts (`earnings_hold`), refunded once a REFUND gave it back
+(`clawbacks`), else payable. Which tenant paid is never shown to the provider. Days and
+weeks are UTC: a week starts on Monday 00:00, a month on the 1st.
 """
 
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, literal, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from gpu_share.coordinator.core.csv_export import csv_text
 from gpu_share.coordinator.core.errors import field_error
-from gpu_share.coordinator.core.orm import LedgerEntryRow, LedgerTransactionRow, NodeRow
-from gpu_share.coordinator.services.money import ledger
-from gpu_share.coordinator.services.money.earnings_hold import (
-    HoldPolicy,
-    held_by_day,
-    payable_times,
+from gpu_share.coordinator.core.orm import (
+    EarningsHoldRow,
+    LedgerEntryRow,
+    LedgerTransactionRow,
+    NodeRow,
 )
+from gpu_share.coordinator.services.money import ledger
+from gpu_share.coordinator.services.money.clawbacks import refund_cause
+from gpu_share.coordinator.services.money.earnings_hold import HoldPolicy, held_by_day
 from gpu_share.coordinator.services.money.ledger import TransactionKind
 from gpu_share.coordinator.services.money.payout_calendar import midnight, month_start, week_start
 from gpu_share.protocol.money import to_micro, usdc_text
@@ -46,16 +52,39 @@ EARLIEST = date(2000, 1, 1)  # before any charge; keeps date arithmetic in range
 HISTORY_LIMIT = 200
 
 
+class ChargeStatus(StrEnum):
+    """Where a charge's earnings stand, as the books hold them."""
+
+    HELD = "held"  # in the hold: payable once it passes (`payable_at`), refundable until then
+    PAYABLE = "payable"  # past its hold (or posted before holds): payouts take it
+    REFUNDED = "refunded"  # given back to the tenant while held: never payable
+
+
 @dataclass(frozen=True)
 class Charge:
     at: datetime
     amount_micro: int  # into the provider's held (before holds: pending) account
     details: dict[str, Any]
     charge_id: str = ""  # the CHARGE transaction
+    hold: str | None = None  # which hold applies, while the charge is held (`earnings_hold`)
+    held_since: datetime | None = None  # while held: when its hold started counting
+    refunded: bool = False
 
     @property
     def gpu_seconds(self) -> float:
         return float(self.details.get("seconds", 0)) * int(self.details.get("gpus", 1))
+
+    @property
+    def status(self) -> ChargeStatus:
+        if self.hold is not None:
+            return ChargeStatus.HELD
+        return ChargeStatus.REFUNDED if self.refunded else ChargeStatus.PAYABLE
+
+    def payable_at(self, policy: HoldPolicy) -> datetime | None:
+        """When a held charge becomes payable; None once it is (or once refunded)."""
+        if self.hold is None:
+            return None
+        return policy.payable_at(self.hold, self.held_since or self.at)
 
 
 def date_range(now: datetime, since: date | None, until: date | None) -> tuple[date, date]:
@@ -81,28 +110,39 @@ def date_range(now: datetime, since: date | None, until: date | None) -> tuple[d
 async def charges(
     session: AsyncSession, provider_id: str, start: datetime, end: datetime
 ) -> list[Charge]:
-    """The provider's charges posted in [start, end), newest first."""
+    """The provider's charges posted in [start, end), newest first, each with where it
+    stands: its hold while held, and whether a refund gave it back."""
+    charge, refund = LedgerTransactionRow, aliased(LedgerTransactionRow)
     rows = await session.execute(
         select(
-            LedgerTransactionRow.created_at,
+            charge.created_at,
             LedgerEntryRow.amount_micro,
-            LedgerTransactionRow.details,
-            LedgerTransactionRow.id,
+            charge.details,
+            charge.id,
+            EarningsHoldRow.hold,
+            EarningsHoldRow.earned_at,
+            refund.id,
         )
-        .join(LedgerTransactionRow, LedgerTransactionRow.id == LedgerEntryRow.transaction_id)
+        .join(charge, charge.id == LedgerEntryRow.transaction_id)
+        .outerjoin(EarningsHoldRow, EarningsHoldRow.charge_id == charge.id)
+        .outerjoin(
+            refund,
+            (refund.cause == literal(refund_cause("")).concat(charge.id))
+            & (refund.kind == TransactionKind.REFUND.value),
+        )
         .where(
             LedgerEntryRow.account_id.in_(
                 [ledger.provider_held(provider_id).id, ledger.provider_pending(provider_id).id]
             ),
-            LedgerTransactionRow.kind == TransactionKind.CHARGE.value,
+            charge.kind == TransactionKind.CHARGE.value,
             LedgerEntryRow.created_at >= start,
             LedgerEntryRow.created_at < end,
         )
         .order_by(LedgerEntryRow.created_at.desc(), LedgerEntryRow.id.desc())
     )
     return [
-        Charge(at, int(amount), dict(details or {}), charge_id)
-        for at, amount, details, charge_id in rows.all()
+        Charge(at, int(amount), dict(details or {}), charge_id, hold, since, refund_id is not None)
+        for at, amount, details, charge_id, hold, since, refund_id in rows.all()
     ]
 
 
@@ -190,7 +230,6 @@ async def earnings(
     per_gpu.sort(key=lambda g: (-to_micro(g.amount), g.hostname or g.node_id, g.gpu_model))
     per_model.sort(key=lambda g: (-to_micro(g.amount), g.gpu_model))
     shown = in_range[:history_limit]
-    held_until = await payable_times(session, (c.charge_id for c in shown), hold)
     held = await ledger.balance(session, ledger.provider_held(provider_id))
     payable = await ledger.balance(session, ledger.provider_pending(provider_id))
     taken = await taken_back(session, provider_id)
@@ -219,7 +258,7 @@ async def earnings(
             )
             for i in range((last - first).days + 1)
         ],
-        history=[entry(c, hostnames, held_until.get(c.charge_id)) for c in shown],
+        history=[entry(c, hostnames, c.payable_at(hold)) for c in shown],
         history_limit=history_limit,
     )
 
@@ -265,13 +304,23 @@ CSV_COLUMNS = [
     "earned_usdc",
     "tenant_paid_usdc",
     "commission_usdc",
+    "status",
+    "payable_at",
 ]
 
 
 async def earnings_csv(
-    session: AsyncSession, provider_id: str, now: datetime, since: date | None, until: date | None
+    session: AsyncSession,
+    provider_id: str,
+    now: datetime,
+    since: date | None,
+    until: date | None,
+    *,
+    hold: HoldPolicy | None = None,
 ) -> tuple[str, str]:
-    """(file name, CSV text) of every charge in the range, oldest first."""
+    """(file name, CSV text) of every charge in the range, oldest first, with where each
+    stands (`ChargeStatus`) and, while held, when it becomes payable under `hold` (the
+    hold lengths in force; without them that cell is left empty)."""
     first, last = date_range(now, since, until)
     found = await charges(session, provider_id, midnight(first), midnight(last + timedelta(days=1)))
     hostnames = await _hostnames(session, {str(c.details.get("node_id", "")) for c in found})
@@ -288,7 +337,12 @@ async def earnings_csv(
             e.amount,
             e.tenant_paid,
             e.commission,
+            charge.status.value,
+            e.payable_at.isoformat() if e.payable_at else "",
         ]
-        for e in (entry(charge, hostnames) for charge in reversed(found))
+        for charge, e in (
+            (charge, entry(charge, hostnames, charge.payable_at(hold) if hold else None))
+            for charge in reversed(found)
+        )
     ]
     return f"earnings-{first.isoformat()}-{last.isoformat()}.csv", csv_text(CSV_COLUMNS, rows)

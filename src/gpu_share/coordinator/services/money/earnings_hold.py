@@ -19,7 +19,6 @@ writer waits on another in a cycle. A charge that adds a hold only inserts its r
 """
 
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
@@ -231,19 +230,3 @@ async def held_by_day(
         day = policy.payable_at(hold, earned_at).astimezone(UTC).date()
         by_day[max(day, today)] += int(amount)
     return [HeldPart(day, amount) for day, amount in sorted(by_day.items())]
-
-
-async def payable_times(
-    session: AsyncSession, charge_ids: Iterable[str], policy: HoldPolicy
-) -> dict[str, datetime]:
-    """When each of these charges that is still held becomes payable; the others (paid
-    into pending, released or refunded) are absent."""
-    ids = list(charge_ids)
-    if not ids:
-        return {}
-    rows = await session.execute(
-        select(EarningsHoldRow.charge_id, EarningsHoldRow.hold, EarningsHoldRow.earned_at).where(
-            EarningsHoldRow.charge_id.in_(ids)
-        )
-    )
-    return {charge_id: policy.payable_at(hold, at) for charge_id, hold, at in rows.all()}

@@ -1,7 +1,11 @@
 """A tenant's money (SPEC §4.4): balance, usage read from its charges, admin top-ups.
 
 Usage is read from the books, never from invokes or sessions: the CHARGE transactions
-that took money out of this tenant's reserve, with the `ChargeDetails` each carries.
+that took money out of this tenant's reserve, with the `ChargeDetails` each carries,
+and the REFUND that gave one back, if any (cause ``refund:<charge id>``,
+`clawbacks.refund_cause`). A refund counts against the charge it undoes, on that
+charge's day whenever it was made, so what usage says was spent is what the books took
+from the tenant for good.
 """
 
 from collections import defaultdict
@@ -9,8 +13,9 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import literal, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from gpu_share.coordinator.core.csv_export import csv_text
 from gpu_share.coordinator.core.errors import Conflict, NotFound, field_error
@@ -22,6 +27,7 @@ from gpu_share.coordinator.core.orm import (
 )
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.money import ledger
+from gpu_share.coordinator.services.money.clawbacks import refund_cause
 from gpu_share.coordinator.services.money.ledger import TransactionKind
 from gpu_share.protocol.billing import (
     Balance,
@@ -76,24 +82,37 @@ def _moment(day: date) -> datetime:
 
 
 async def charges(session: AsyncSession, tenant_id: str, start: date, end: date) -> list[Charge]:
-    """The tenant's charges made on UTC days `start`..`end`, oldest first."""
+    """The tenant's charges made on UTC days `start`..`end`, oldest first, each with
+    the refund that gave it back, if one did."""
     reserve_account = ledger.tenant_reserved(tenant_id).id
+    charge, refund = LedgerTransactionRow, aliased(LedgerTransactionRow)
     rows = await session.execute(
-        select(LedgerTransactionRow.created_at, LedgerTransactionRow.details)
-        .join(LedgerEntryRow, LedgerEntryRow.transaction_id == LedgerTransactionRow.id)
+        select(charge.created_at, charge.details, refund.created_at, refund.details)
+        .join(LedgerEntryRow, LedgerEntryRow.transaction_id == charge.id)
+        .outerjoin(
+            refund,
+            (refund.cause == literal(refund_cause("")).concat(charge.id))
+            & (refund.kind == TransactionKind.REFUND.value),
+        )
         .where(
             LedgerEntryRow.account_id == reserve_account,
             LedgerEntryRow.created_at >= _moment(start),
             LedgerEntryRow.created_at < _moment(end + timedelta(days=1)),
-            LedgerTransactionRow.kind == TransactionKind.CHARGE.value,
+            charge.kind == TransactionKind.CHARGE.value,
         )
         .order_by(LedgerEntryRow.created_at, LedgerEntryRow.id)
         .limit(MAX_CHARGES)
     )
-    return [_charge(at, details) for at, details in rows.all()]
+    return [_charge(*row) for row in rows.all()]
 
 
-def _charge(at: datetime, d: dict[str, Any]) -> Charge:
+def _charge(
+    at: datetime,
+    d: dict[str, Any],
+    refunded_at: datetime | None = None,
+    refund: dict[str, Any] | None = None,
+) -> Charge:
+    undone = refund if refunded_at is not None and refund is not None else {}
     return Charge(
         at=at,
         work=str(d.get("work", "")),
@@ -106,18 +125,24 @@ def _charge(at: datetime, d: dict[str, Any]) -> Charge:
         seconds=float(d.get("seconds", 0)),
         rate_per_hour=usdc_text(int(d.get("rate_micro_per_hour", 0))),
         cost=usdc_text(int(d.get("cost_micro", 0))),
+        refunded=usdc_text(int(undone.get("cost_micro", 0))),
+        refunded_at=refunded_at,
+        refund_reason=str(undone.get("reason") or "") or None,
     )
 
 
-def _micro(charge: Charge) -> int:
-    return to_micro(charge.cost)
+def spent_micro(charge: Charge) -> int:
+    """What the charge took from the tenant for good: its cost less what was refunded."""
+    return to_micro(charge.cost) - to_micro(charge.refunded)
 
 
 def summarize(
     tenant_id: str, found: Iterable[Charge], group: UsageGroup, start: date, end: date
 ) -> Usage:
-    """Usage per UTC day (every day of the period, zeros included) or per runtime."""
+    """Usage per UTC day (every day of the period, zeros included) or per runtime: what
+    was spent, net of refunds (a refunded charge costs nothing), and what was refunded."""
     cost: dict[str, int] = defaultdict(int)
+    refunded: dict[str, int] = defaultdict(int)
     seconds: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
     if group is UsageGroup.DAY:
@@ -125,11 +150,18 @@ def summarize(
             cost[(start + timedelta(days=n)).isoformat()] = 0
     for charge in found:
         key = charge.at.date().isoformat() if group is UsageGroup.DAY else charge.runtime
-        cost[key] += _micro(charge)
+        cost[key] += spent_micro(charge)
+        refunded[key] += to_micro(charge.refunded)
         seconds[key] += charge.seconds
         count[key] += 1
     lines = [
-        UsageLine(key=key, charges=count[key], seconds=round(seconds[key], 3), cost=usdc_text(c))
+        UsageLine(
+            key=key,
+            charges=count[key],
+            seconds=round(seconds[key], 3),
+            cost=usdc_text(c),
+            refunded=usdc_text(refunded[key]),
+        )
         for key, c in sorted(cost.items())
     ]
     return Usage(
@@ -139,6 +171,7 @@ def summarize(
         end=end,
         lines=lines,
         total=usdc_text(sum(cost.values())),
+        refunded=usdc_text(sum(refunded.values())),
     )
 
 
@@ -156,15 +189,34 @@ def top_up_cause(tenant_id: str, reference: str) -> str:
     return f"top_up:{tenant_id}:ref:{reference}"
 
 
-def _keyed_cause(tenant_id: str, idempotency_key: str) -> str:
-    """How a top-up sent with an Idempotency-Key was recorded before causes were the
-    reference alone; still read, so that retrying such a request credits nothing."""
-    return f"top_up:{tenant_id}:key:{idempotency_key}"
+def _keyed_causes(tenant_id: str) -> str:
+    """The start of the causes top-ups sent with an Idempotency-Key were recorded under
+    (``top_up:<tenant>:key:<key>``) before a top-up's cause was its reference alone."""
+    return f"top_up:{tenant_id}:key:"
 
 
 async def _details(session: AsyncSession, cause: str) -> dict[str, Any] | None:
     found: dict[str, Any] | None = await session.scalar(
         select(LedgerTransactionRow.details).where(LedgerTransactionRow.cause == cause)
+    )
+    return found
+
+
+async def _keyed_before(
+    session: AsyncSession, tenant_id: str, reference: str
+) -> dict[str, Any] | None:
+    """The top-up of this tenant recorded under some Idempotency-Key for `reference`, if
+    one was: the payment it credited is that reference's, whatever key comes now (or
+    none), so finding it by the key it came with would credit it again under another."""
+    found: dict[str, Any] | None = await session.scalar(
+        select(LedgerTransactionRow.details)
+        .where(
+            LedgerTransactionRow.kind == TransactionKind.TOP_UP.value,
+            LedgerTransactionRow.cause.startswith(_keyed_causes(tenant_id), autoescape=True),
+            LedgerTransactionRow.details["reference"].as_string() == reference,
+        )
+        .order_by(LedgerTransactionRow.created_at, LedgerTransactionRow.id)
+        .limit(1)
     )
     return found
 
@@ -179,14 +231,15 @@ async def top_up(
     now: datetime,
 ) -> TopUp:
     """Credit a tenant's balance from outside (a payment received), once per reference:
-    the same reference again credits nothing, and with another amount is a Conflict."""
+    the same reference again credits nothing, and with another amount is a Conflict.
+
+    `idempotency_key` changes nothing: a top-up is found by its reference, under the
+    cause it is posted with now or under any key it was once recorded with."""
+    del idempotency_key  # accepted from clients that send one with every POST
     if await session.get(TenantRow, tenant_id) is None:
         raise NotFound(f"tenant {tenant_id} does not exist")
     cause = top_up_cause(tenant_id, body.reference)
-    before = None
-    if idempotency_key is not None:
-        keyed = await _details(session, _keyed_cause(tenant_id, idempotency_key))
-        before = keyed if keyed and keyed.get("reference") == body.reference else None
+    before = await _keyed_before(session, tenant_id, body.reference)
     made = before is None and await ledger.post(
         session,
         cause=cause,

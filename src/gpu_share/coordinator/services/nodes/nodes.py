@@ -264,7 +264,11 @@ async def live_nodes(session: AsyncSession, now: datetime, settings: Settings) -
 async def count_online(session: AsyncSession, now: datetime, settings: Settings) -> int:
     cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
     count = await session.scalar(
-        select(func.count()).where(NodeRow.last_seen_at >= cutoff, NodeRow.delisted.is_(False))
+        select(func.count()).where(
+            NodeRow.last_seen_at >= cutoff,
+            NodeRow.delisted.is_(False),
+            NodeRow.quarantined_at.is_(None),
+        )
     )
     return int(count or 0)
 

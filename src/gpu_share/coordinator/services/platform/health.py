@@ -4,15 +4,16 @@ from datetime import datetime
 
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.settings import Settings
-from gpu_share.coordinator.services.nodes.nodes import count_online
+from gpu_share.coordinator.services.platform.overview import nodes_online
 from gpu_share.protocol.health import Health
 
 log = logging.getLogger(__name__)
 
 
 async def count_online_nodes(db: Database, now: datetime, settings: Settings) -> int:
+    """Online capacity, as the admin's overview counts it: quarantined nodes are not."""
     async with db.read() as session:
-        return await count_online(session, now, settings)
+        return await nodes_online(session, now, settings)
 
 
 async def check(db: Database, now: datetime, version: str, settings: Settings) -> Health:

@@ -1,10 +1,16 @@
 """What the admin pages read across resources: counts for the overview, and the owners
-that lists of nodes and keys name (the wire models carry ids only). Read-only."""
+that lists of nodes and keys name (the wire models carry ids only). Read-only.
+
+A quarantined node (caught returning wrong results, docs/trust.md) is never online
+capacity, however recently it was heard from: it gets no work and is never listed, so
+it is counted apart (`nodes_quarantined`), never in `nodes_online` nor in the GPUs
+offered (`gpus_online`), here and in the health check.
+"""
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, func, select
+from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import (
@@ -17,6 +23,7 @@ from gpu_share.coordinator.core.orm import (
     TenantRow,
 )
 from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.services.nodes.placement import listed_gpu, node_listed
 from gpu_share.protocol.accounts import ApplicationStatus as TenantApplicationStatus
 from gpu_share.protocol.nodes import Tier
 from gpu_share.protocol.provider_applications import ApplicationStatus
@@ -29,8 +36,10 @@ class Counts:
     tenant_applications_pending: int
     tenants: int
     providers: int
-    nodes_online: int  # heard from recently and listed (online or busy)
+    nodes_online: int  # heard from recently, listed and not quarantined (online or busy)
     nodes_total: int
+    nodes_quarantined: int  # caught cheating: never online capacity, whatever they say
+    gpus_online: int  # what the online nodes offer: their listed GPUs
     mails_waiting: int
     mails_failed: int  # given up, each with its reason: an admin passes it on by hand
 
@@ -53,8 +62,33 @@ async def applications_by_status(session: AsyncSession) -> dict[str, int]:
     return {status: int(count) for status, count in rows.all()}
 
 
-async def counts(session: AsyncSession, now: datetime, settings: Settings) -> Counts:
+def online(now: datetime, settings: Settings) -> ColumnElement[bool]:
+    """The nodes that count as online capacity: heard from recently, not delisted by an
+    admin, not quarantined."""
     cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
+    return (
+        (NodeRow.last_seen_at >= cutoff)
+        & NodeRow.delisted.is_(False)
+        & NodeRow.quarantined_at.is_(None)
+    )
+
+
+async def nodes_online(session: AsyncSession, now: datetime, settings: Settings) -> int:
+    return await _count(session, online(now, settings), table=NodeRow)
+
+
+async def gpus_online(session: AsyncSession, now: datetime, settings: Settings) -> int:
+    """The GPUs the online nodes offer: each listed node's GPUs whose benchmark has not
+    failed (placement's rules), a quarantined node's never."""
+    rows = await session.scalars(select(NodeRow).where(online(now, settings)))
+    return sum(
+        sum(1 for gpu in node.gpus or [] if listed_gpu(node, gpu))
+        for node in rows
+        if node_listed(node)
+    )
+
+
+async def counts(session: AsyncSession, now: datetime, settings: Settings) -> Counts:
     by_status = await applications_by_status(session)
     return Counts(
         applications_pending=by_status.get(ApplicationStatus.PENDING.value, 0),
@@ -67,10 +101,10 @@ async def counts(session: AsyncSession, now: datetime, settings: Settings) -> Co
         ),
         tenants=await _count(session, table=TenantRow),
         providers=await _count(session, table=ProviderRow),
-        nodes_online=await _count(
-            session, NodeRow.last_seen_at >= cutoff, NodeRow.delisted.is_(False), table=NodeRow
-        ),
+        nodes_online=await nodes_online(session, now, settings),
         nodes_total=await _count(session, table=NodeRow),
+        nodes_quarantined=await _count(session, NodeRow.quarantined_at.is_not(None), table=NodeRow),
+        gpus_online=await gpus_online(session, now, settings),
         mails_waiting=await mails_waiting(session),
         mails_failed=await mails_failed(session),
     )
@@ -115,8 +149,7 @@ class ProviderSummary:
 async def provider_summaries(
     session: AsyncSession, now: datetime, settings: Settings
 ) -> list[ProviderSummary]:
-    cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
-    online = (NodeRow.last_seen_at >= cutoff) & NodeRow.delisted.is_(False)
+    is_online = online(now, settings)
     node_counts = {
         provider_id: (int(total), int(up or 0))
         for provider_id, total, up in (
@@ -124,7 +157,7 @@ async def provider_summaries(
                 select(
                     NodeRow.provider_id,
                     func.count(),
-                    func.sum(case((online, 1), else_=0)),
+                    func.sum(case((is_online, 1), else_=0)),
                 ).group_by(NodeRow.provider_id)
             )
         ).all()

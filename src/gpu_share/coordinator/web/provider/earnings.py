@@ -86,7 +86,12 @@ async def earnings_csv(
     first, last = _day(since, "since", errors), _day(until, "until", errors)
     async with browser.replica.db.read() as session:
         name, content = await earnings.earnings_csv(
-            session, provider.provider_id, browser.now(), first, last
+            session,
+            provider.provider_id,
+            browser.now(),
+            first,
+            last,
+            hold=HoldPolicy.of(browser.replica.settings),
         )
     return browser.finish(
         Response(

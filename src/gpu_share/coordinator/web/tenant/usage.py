@@ -62,6 +62,7 @@ async def usage_page(request: Request, signed: SignedTenant) -> Response:
         by_runtime=by_runtime,
         charges=list(reversed(found))[:50],
         count=len(found),
+        refunds=sum(1 for charge in found if charge.refunded_at is not None),
         chart=chart,
         busiest=busiest,
         entered=entered,
