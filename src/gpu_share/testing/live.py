@@ -133,5 +133,8 @@ def fast_settings(settings: Settings) -> Settings:
     settings.lease_ttl_sec = 3.0
     settings.lease_sweep_interval_sec = 0.3
     settings.node_offline_after_sec = 5.0
+    # On-demand work stops spot work after a second in the queue, not ten: a spot job
+    # under test need not outlast the production grace on a fast machine.
+    settings.preemption_grace_sec = 1.0
     settings.run_background_loops = True
     return settings

@@ -70,6 +70,17 @@ class Settings(BaseSettings):
     lease_ttl_sec: float = Field(default=30.0, gt=0, description="Extended by every heartbeat")
     lease_sweep_interval_sec: float = Field(default=2.0, gt=0)
     max_attempts: int = Field(default=3, ge=1, description="Leases per invoke before it fails")
+    preemption_grace_sec: float = Field(
+        default=10.0,
+        ge=0,
+        description="How long queued on-demand work waits before it may stop spot work",
+    )
+    preemption_cooldown_sec: float = Field(
+        default=600.0,
+        ge=0,
+        description="After canceling work placed for a preemption, how long a tenant's work "
+        "stops no spot work",
+    )
     max_timeout_sec: int = Field(default=6 * 3600, ge=1)
     max_lease_wait_sec: float = Field(default=25.0, ge=0)
     inline_output_limit_bytes: int = Field(default=1 * MiB, ge=0)

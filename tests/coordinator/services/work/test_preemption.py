@@ -14,7 +14,6 @@ from gpu_share.agent.client import CoordinatorError, StaleLease
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.loops import lease_expiry
 from gpu_share.coordinator.loops import preemption as preemption_loop
-from gpu_share.coordinator.services.work import preemption
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.agent import LeaseVerdict
 from gpu_share.protocol.nodes import GpuInfo
@@ -62,7 +61,11 @@ async def preempt(app: FastAPI) -> list[str]:
     return await preemption_loop.run_once(app.state.replica)
 
 
-def waited(app: FastAPI, seconds: float = preemption.GRACE_SEC) -> None:
+GRACE_SEC = Settings.model_fields["preemption_grace_sec"].default
+COOLDOWN_SEC = Settings.model_fields["preemption_cooldown_sec"].default
+
+
+def waited(app: FastAPI, seconds: float = GRACE_SEC) -> None:
     """Let the queued on-demand work wait: it asks for a preemption only after the grace."""
     app.state.replica.clock.advance(seconds)
 
@@ -458,7 +461,7 @@ async def test_on_demand_work_canceled_before_its_grace_is_out_stops_nothing(
     spot = await running_spot(client, tenant, agent)
     urgent = await submit(client, tenant, CPU_HELLO)
     assert await preempt(app) == []  # just submitted: it has not waited yet
-    waited(app, preemption.GRACE_SEC - 1)
+    waited(app, GRACE_SEC - 1)
     assert await preempt(app) == []
     canceled = await client.post(f"/v1/gpu/invokes/{urgent}/cancel", headers=tenant.headers)
     assert canceled.json()["status"] == "canceled"
@@ -533,10 +536,10 @@ async def test_a_tenant_that_cancels_work_placed_for_a_preemption_asks_none_for_
     await agent.heartbeat([spot])
     assert await preempt(app) == []
     assert await verdict_of(agent, spot) is LeaseVerdict.KEEP
-    waited(app, preemption.COOLDOWN_SEC - 2 * preemption.GRACE_SEC)
+    waited(app, COOLDOWN_SEC - 2 * GRACE_SEC)
     await agent.heartbeat([spot])
     assert await preempt(app) == []  # still cooling down
-    waited(app, preemption.GRACE_SEC + 1)
+    waited(app, GRACE_SEC + 1)
     await agent.heartbeat([spot])
     assert await preempt(app) == [spot.invoke_id]  # the cooldown is over
     assert (await state_of(client, tenant, again))["node_id"] == agent.node_id

@@ -11,10 +11,11 @@ run by the preemption loop), so that what is asked is what the queue needs now:
   alone suffice when there is one, the most recently started first (it has the least to
   lose), else the most recently started ones until it fits. The node's claims give that
   room to it first, and to nobody else (`claims`).
-- Only an invoke that has waited `GRACE_SEC` in the queue asks, and only if its tenant
-  has not, in the last `COOLDOWN_SEC`, canceled an invoke placed for a preemption: an
-  on-demand invoke submitted and canceled at once stops nothing, and canceling the
-  work a preemption was asked for cannot be repeated at will.
+- Only an invoke that has waited `preemption_grace_sec` in the queue asks, and only if
+  its tenant has not, in the last `preemption_cooldown_sec`, canceled an invoke placed
+  for a preemption (both settings): an on-demand invoke submitted and canceled at once
+  stops nothing, and canceling the work a preemption was asked for cannot be repeated
+  at will.
 - What is no longer needed is withdrawn: a spot job asked to stop for work that was
   canceled (at once, `withdraw_for_canceled`), placed elsewhere, or fits no more is told
   to run on (`invoke_state.withdraw_preempt`: its node hears KEEP again, not PREEMPT),
@@ -60,8 +61,6 @@ from gpu_share.protocol import agent as wire
 from gpu_share.protocol.invokes import InvokeStatus, Priority
 
 WAITING_BATCH = 50  # queued on-demand invokes looked at per pass
-GRACE_SEC = 10.0  # an on-demand invoke asks for a preemption only once it waited this long
-COOLDOWN_SEC = 600.0  # after canceling an invoke placed for a preemption, a tenant asks none
 
 _QUEUED_ON_DEMAND = and_(
     InvokeRow.status == InvokeStatus.QUEUED.value,
@@ -99,11 +98,13 @@ async def preempt_for_waiting_work(
         )
     ).all()
     ranked = await rooms(session, now, settings) if waiting else []
-    cooling = await _cooling_tenants(session, {row.tenant_id for row in waiting}, now)
+    tenants = {row.tenant_id for row in waiting}
+    cooling = await _cooling_tenants(session, tenants, now, settings.preemption_cooldown_sec)
+    grace = timedelta(seconds=settings.preemption_grace_sec)
     asked: list[str] = []
     needed: set[str] = set()  # spot invokes still to stop for the work placed
     for row in waiting:
-        chosen = _place(row, ranked, now, may_stop=_may_ask(row, cooling, now))
+        chosen = _place(row, ranked, now, may_stop=_may_ask(row, cooling, now - grace))
         if chosen is None or not chosen.stops:  # it runs without stopping anything, or waits
             if row.node_id is None:
                 continue
@@ -165,11 +166,11 @@ async def _place_on(session: AsyncSession, row: InvokeRow, chosen: Plan) -> None
     await invoke_state.place_for_preemption(session, row.id, node_id, chosen.indices)
 
 
-def _may_ask(row: InvokeRow, cooling: set[str], now: datetime) -> bool:
-    """Placed already, or waited out the grace with a tenant not cooling down."""
+def _may_ask(row: InvokeRow, cooling: set[str], waited_since: datetime) -> bool:
+    """Placed already, or queued since `waited_since` with a tenant not cooling down."""
     if row.node_id is not None:
         return True
-    return row.created_at <= now - timedelta(seconds=GRACE_SEC) and row.tenant_id not in cooling
+    return row.created_at <= waited_since and row.tenant_id not in cooling
 
 
 def _place(row: InvokeRow, ranked: list[Room], now: datetime, *, may_stop: bool) -> Plan | None:
@@ -190,8 +191,10 @@ def _place(row: InvokeRow, ranked: list[Room], now: datetime, *, may_stop: bool)
     return None
 
 
-async def _cooling_tenants(session: AsyncSession, tenants: set[str], now: datetime) -> set[str]:
-    """Those of `tenants` that canceled, within `COOLDOWN_SEC`, an invoke placed for a
+async def _cooling_tenants(
+    session: AsyncSession, tenants: set[str], now: datetime, cooldown_sec: float
+) -> set[str]:
+    """Those of `tenants` that canceled, within `cooldown_sec`, an invoke placed for a
     preemption (canceled while queued with a node: `invoke_state.place_for_preemption`)."""
     if not tenants:
         return set()
@@ -202,7 +205,7 @@ async def _cooling_tenants(session: AsyncSession, tenants: set[str], now: dateti
             InvokeRow.status == InvokeStatus.CANCELED.value,
             InvokeRow.node_id.is_not(None),
             InvokeRow.assigned_at.is_(None),
-            InvokeRow.finished_at >= now - timedelta(seconds=COOLDOWN_SEC),
+            InvokeRow.finished_at >= now - timedelta(seconds=cooldown_sec),
         )
         .distinct()
     )
