@@ -199,6 +199,20 @@ def test_invoke_wait_uploads_runs_and_prints_the_outputs(
         assert outputs["label"].tolist() == DIGITS_EXPECTED_LABELS
 
 
+def test_invoke_wait_gets_a_short_job_finished_in_the_submits_answer(
+    stack: LiveStack, key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = gpu_share(
+        capsys, "invoke", *connected(stack, key), "--runtime", "onnx_cpu", "--model",
+        str(DIGITS_MODEL), "--inputs", str(DIGITS_INPUTS), "--wait", "--poll-interval", "30",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines()[0].endswith("  done  onnx_cpu")
+    # The submit was held (`Prefer: wait=30`) until the job ended: the first status
+    # the command saw was the end.
+    assert len(err.splitlines()) == 1 and err.strip().endswith(" done"), err
+
+
 def test_invoke_then_status_logs_and_a_cancel_too_late(
     stack: LiveStack, key: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -51,7 +51,11 @@ def status_reads(requests: list[httpx.Request], invoke_id: str) -> list[httpx.Re
     ]
 
 
-async def test_invoke_and_wait_gets_done_in_the_one_long_poll_open_when_the_job_ends(
+def submits(requests: list[httpx.Request]) -> list[httpx.Request]:
+    return [r for r in requests if r.method == "POST" and r.url.path == "/v1/gpu/invoke"]
+
+
+async def test_invoke_and_wait_gets_a_short_job_finished_in_the_submits_answer(
     app: FastAPI,
     tenant: TenantHandle,
     serving: Callable[..., Awaitable[SimulatedAgent]],
@@ -70,12 +74,40 @@ async def test_invoke_and_wait_gets_done_in_the_one_long_poll_open_when_the_job_
             "onnx_cpu", MODEL, wait_timeout=120, on_status=lambda i: statuses.append(i.status)
         )
     assert out.invoke.status is InvokeStatus.DONE
-    reads = status_reads(transport.requests, out.invoke.id)
-    # The queued invoke that POST answered is where the wait starts; the one read is
-    # held by the server until the job ends (a poll would have read, slept 30 s, read).
-    waits = [r.url.params.get("wait") for r in reads]
-    assert len(waits) == 1 and waits[0] is not None and float(waits[0]) == 30
-    assert statuses == [InvokeStatus.QUEUED, InvokeStatus.DONE]
+    # The submit asked to be held for the first window (`Prefer: wait`) and came back
+    # with the job done: no status request at all.
+    (submit,) = submits(transport.requests)
+    assert submit.headers["prefer"] == "wait=30"
+    assert status_reads(transport.requests, out.invoke.id) == []
+    assert statuses == [InvokeStatus.DONE]
+
+
+async def test_invoke_and_wait_follows_a_longer_job_with_one_long_poll(
+    app: FastAPI,
+    tenant: TenantHandle,
+    serving: Callable[..., Awaitable[SimulatedAgent]],
+) -> None:
+    async def a_while(job: wire.LeasedJob) -> wire.ResultReport:
+        await asyncio.sleep(1.6)
+        return done_report(job)
+
+    await serving(a_while)
+    transport = RecordingAsgi(app)
+    statuses: list[InvokeStatus] = []
+    async with AsyncClient(
+        "http://testserver", tenant.key, transport=transport, poll_interval=1
+    ) as client:
+        out = await client.invoke_and_wait(
+            "onnx_cpu", MODEL, wait_timeout=120, on_status=lambda i: statuses.append(i.status)
+        )
+    assert out.invoke.status is InvokeStatus.DONE
+    (submit,) = submits(transport.requests)
+    assert submit.headers["prefer"] == "wait=1"
+    # The submit came back after its second with the job still going; from there the
+    # wait follows it with long-polls, the first one a window long.
+    waits = [r.url.params.get("wait") for r in status_reads(transport.requests, out.invoke.id)]
+    assert waits and waits[0] == "1" and None not in waits
+    assert statuses[0] is not InvokeStatus.DONE and statuses[-1] is InvokeStatus.DONE
 
 
 async def test_each_long_poll_outlasts_the_clients_read_timeout(

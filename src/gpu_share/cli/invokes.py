@@ -168,7 +168,11 @@ def invoke(args: argparse.Namespace, client: "Client", out: Output) -> int:
         options["model_checksum_sha256"] = model_sha
     if inputs_sha:
         options["inputs_checksum_sha256"] = inputs_sha
-    queued = client.invoke(args.runtime, model_url, inputs_url, **options)
+    # With --wait the submit itself holds for the first status window (`Prefer: wait`):
+    # a short job is answered finished, with no status request after it.
+    window = min(client.config.poll_interval, args.wait_timeout or float("inf"))
+    wait = window if args.wait else 0.0
+    queued = client.invoke(args.runtime, model_url, inputs_url, wait=wait, **options)
     if not args.wait:
         out.result(
             f"{queued.id}  {queued.status.value}\nfollow it: gpu-share status {queued.id} --wait",

@@ -245,9 +245,24 @@ def invoke(
     model_url: str,
     inputs_url: str | None = "",
     options: InvokeOptions | None = None,
+    *,
+    wait: float = 0.0,
 ) -> Flow[Invoke]:
+    """Queue the invoke. With `wait` ≥ 1 the server is asked (`Prefer: wait=N`, whole
+    seconds up to a minute) to answer with the finished invoke if it ends that soon; a
+    server that does not, or an invoke still running, answers it queued or running."""
     body, key = build_invoke(runtime, model_url, inputs_url, options or {})
-    request = ApiRequest("POST", "/v1/gpu/invoke", json=body, headers={"Idempotency-Key": key})
+    headers = {"Idempotency-Key": key}
+    held = int(min(wait, MAX_LONG_POLL_SEC))
+    if held >= 1:
+        headers["Prefer"] = f"wait={held}"
+    request = ApiRequest(
+        "POST",
+        "/v1/gpu/invoke",
+        json=body,
+        headers=headers,
+        read_timeout=held + c.timeout if held >= 1 else None,
+    )
     response = yield from send(request, c)
     return parse(response, Invoke)
 
@@ -482,8 +497,13 @@ def invoke_and_wait(
         options["model_checksum_sha256"] = model_sha
     if inputs_sha and "inputs_checksum_sha256" not in options:
         options["inputs_checksum_sha256"] = inputs_sha
-    queued = yield from invoke(c, runtime, model_url, inputs_url, options)
-    log.info("invoke %s queued", queued.id)
+    # The submit itself holds for the first window: a short job comes back finished
+    # in this one answer, with no status request after it.
+    window = poll_interval if poll_interval is not None else c.poll_interval
+    if wait_timeout is not None:
+        window = min(window, wait_timeout)
+    queued = yield from invoke(c, runtime, model_url, inputs_url, options, wait=window)
+    log.info("invoke %s %s", queued.id, queued.status.value)
     final = yield from wait(
         c, queued, wait_timeout, poll_interval=poll_interval, on_status=on_status
     )

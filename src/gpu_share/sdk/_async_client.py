@@ -143,10 +143,15 @@ class AsyncClient:
         runtime: RuntimeName | str,
         model_url: str,
         inputs_url: str | None = "",
+        *,
+        wait: float = 0.0,
         **options: Unpack[InvokeOptions],
     ) -> Invoke:
-        """Queue a job by URL; returns at once (`status="queued"`)."""
-        return await self._run(_api.invoke(self.config, runtime, model_url, inputs_url, options))
+        """Queue a job by URL; returns at once (`status="queued"`), or with `wait`
+        (seconds, up to 60) once it has ended if that is sooner (`Prefer: wait`)."""
+        return await self._run(
+            _api.invoke(self.config, runtime, model_url, inputs_url, options, wait=wait)
+        )
 
     async def quote(
         self,

@@ -141,10 +141,15 @@ class Client:
         runtime: RuntimeName | str,
         model_url: str,
         inputs_url: str | None = "",
+        *,
+        wait: float = 0.0,
         **options: Unpack[InvokeOptions],
     ) -> Invoke:
-        """Queue a job by URL; returns at once (`status="queued"`)."""
-        return self._run(_api.invoke(self.config, runtime, model_url, inputs_url, options))
+        """Queue a job by URL; returns at once (`status="queued"`), or with `wait`
+        (seconds, up to 60) once it has ended if that is sooner (`Prefer: wait`)."""
+        return self._run(
+            _api.invoke(self.config, runtime, model_url, inputs_url, options, wait=wait)
+        )
 
     def quote(
         self,

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from gpu_share.coordinator.api.auth import TenantPrincipal
 from gpu_share.coordinator.api.paths import InvokeId
+from gpu_share.coordinator.api.prefer import wait_preference
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.http.replica import ReplicaDep, origins
 from gpu_share.coordinator.replica.notify import Channel
@@ -28,7 +29,14 @@ router = APIRouter(prefix="/v1/gpu", tags=["invokes"])
     "/invoke",
     status_code=202,
     response_model=Invoke,
-    responses=errors(*AUTH, 404, 409, 410, 422, 503),
+    responses={
+        200: {
+            "model": Invoke,
+            "description": "With `Prefer: wait=N`: the invoke ended within N seconds; this "
+            "is its final state (a 202 means it had not, and is answered as without it)",
+        },
+        **errors(*AUTH, 404, 409, 410, 422, 503),
+    },
     openapi_extra={
         "requestBody": {"content": {"application/json": {"example": HELLO_WORLD}}},
     },
@@ -45,8 +53,19 @@ async def create_invoke(
             description="Same key + same body → the same invoke; same key + other body → 409",
         ),
     ] = None,
+    prefer: Annotated[
+        list[str] | None,
+        Header(
+            description="RFC 7240. `wait=N` (0–60): hold the answer until the invoke ends, "
+            "for up to N seconds; it is then a 200 with the final invoke, else the usual "
+            "202. A bare `wait` holds up to 60 s. Other preferences are ignored",
+            examples=["wait=10"],
+        ),
+    ] = None,
 ) -> JSONResponse:
-    """Queue a job; poll `GET /v1/gpu/invokes/{id}` until done, failed, timeout or canceled."""
+    """Queue a job; poll `GET /v1/gpu/invokes/{id}` until done, failed, timeout or canceled,
+    or ask with `Prefer: wait=N` for the finished invoke in this answer."""
+    wait = wait_preference(prefer, invokes.MAX_WAIT_SEC)
     invoke, created = await invokes.create(
         replica.db,
         replica.settings,
@@ -61,7 +80,14 @@ async def create_invoke(
     headers = {"Location": f"/v1/gpu/invokes/{invoke.id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    return JSONResponse(invoke.model_dump(mode="json"), status_code=202, headers=headers)
+    if wait is not None:
+        headers["Preference-Applied"] = f"wait={wait}"
+        if wait > 0 and not invoke.status.terminal:
+            invoke = await invokes.wait_until_final(
+                replica.db, replica.notifier, tenant.tenant_id, invoke.id, wait
+            )
+    status = 200 if wait is not None and invoke.status.terminal else 202
+    return JSONResponse(invoke.model_dump(mode="json"), status_code=status, headers=headers)
 
 
 @router.get("/invokes", response_model=Page[Invoke], responses=errors(*AUTH, 422))
