@@ -9,13 +9,15 @@ from urllib.parse import quote
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import select
 
 from gpu_share.coordinator.core.ids import new_id
-from gpu_share.coordinator.core.orm import InvokeRow
+from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
 from gpu_share.coordinator.services.market.price_recommendations import (
     percentile_of,
     weighted_quantile,
 )
+from gpu_share.coordinator.services.nodes import prices
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import (
@@ -127,6 +129,38 @@ async def test_a_nodes_price_follows_its_inventory(
     assert (await node_prices(client, tenant))[str(first.node_id)] is None
     await first.client.update_inventory(gpu_node())
     assert (await node_prices(client, tenant))[str(first.node_id)] == "2"
+
+
+async def test_on_demand_rates_of_many_nodes_are_each_nodes_hourly_rate(
+    app: FastAPI, client: httpx.AsyncClient, provider: ProviderHandle, sim_agent: AgentFactory
+) -> None:
+    l40s = H100.model_copy(update={"index": 1, "uuid": "GPU-l40s", "model": "NVIDIA L40S"})
+    await sim_agent(gpu_node())
+    await sim_agent(inventory(runtimes=GPU_RUNTIMES, gpus=[H100, l40s], hostname="mixed"))
+    await sim_agent(inventory(hostname="cpu-only"))  # no price for "cpu": rate 0
+    await put_price(
+        client, provider, H100_PATH, {"price_per_gpu_hour": "2", "spot_discount_pct": 30}
+    )
+    l40s_path = f"/v1/provider/prices/{quote(l40s.model)}"
+    await put_price(
+        client, provider, l40s_path, {"price_per_gpu_hour": "3", "spot_discount_pct": 30}
+    )
+    other = await create_provider(client, "Other Farm")
+    theirs = H100.model_copy(update={"uuid": "GPU-theirs"})
+    their_node = SimulatedAgent(
+        "http://testserver",
+        transport=httpx.ASGITransport(app=app),
+        node_inventory=inventory(runtimes=GPU_RUNTIMES, gpus=[theirs], hostname="theirs"),
+    )
+    await their_node.register(other.enrollment_token)
+    await their_node.aclose()
+    await put_price(client, other, H100_PATH, {"price_per_gpu_hour": "5", "spot_discount_pct": 30})
+    async with app.state.replica.db.read() as session:
+        rows = list((await session.scalars(select(NodeRow))).all())
+        batched = await prices.on_demand_rates(session, rows)
+        one_by_one = {n.id: await prices.hourly_rate(session, n, spot=False) for n in rows}
+    assert batched == one_by_one
+    assert sorted(batched.values()) == [0, 2_000_000, 3_000_000, 5_000_000]
 
 
 BAD_BODIES = [

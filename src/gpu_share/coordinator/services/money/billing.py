@@ -93,18 +93,6 @@ def gpu_model_of(node: NodeRow, gpus: int) -> str:
     return str(node.gpus[0].get("model")) if gpus and node.gpus else CPU_MODEL
 
 
-async def highest_rate(
-    session: AsyncSession, candidates: list[NodeRow]
-) -> tuple[int, NodeRow | None]:
-    """The highest on-demand per-GPU-hour rate among the nodes, and the node charging it."""
-    best: tuple[int, NodeRow | None] = (0, None)
-    for node in candidates:
-        rate = await prices.hourly_rate(session, node, spot=False)
-        if best[1] is None or rate > best[0]:
-            best = (rate, node)
-    return best
-
-
 async def plan_reserve(
     session: AsyncSession,
     req: Requirements,
@@ -124,8 +112,8 @@ async def plan_reserve(
     its on-demand rate (`NodeRow.price_per_gpu_hour_micro`), and a spot rate is never
     above it. It is charged at the spot rate; the difference comes back at settlement."""
     gpus = req.gpus if req.runtime.needs_gpu else 0
-    highest, _ = await highest_rate(session, serving)
-    most = most_for(highest * units(gpus), timeout_sec)
+    rates = await prices.on_demand_rates(session, serving)
+    most = most_for(max(rates.values(), default=0) * units(gpus), timeout_sec)
     reserve = most if max_cost_micro is None else min(most, max_cost_micro)
     if reserve == 0 and max_cost_micro is None:
         return 0, req
@@ -134,7 +122,7 @@ async def plan_reserve(
         cap = min(cap, req.max_price_micro)
     capped = replace(req, max_price_micro=cap)
     fits = [n for n in serving if serves(n, capped, now)]
-    fits = [n for n in fits if await prices.hourly_rate(session, n, spot=False) <= cap]
+    fits = [n for n in fits if rates[n.id] <= cap]
     return (reserve if fits else -1), capped
 
 

@@ -10,7 +10,7 @@ set or removed and whenever the node's inventory changes.
 """
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from sqlalchemy import select
@@ -58,6 +58,25 @@ async def hourly_rate(session: AsyncSession, node: NodeRow, *, spot: bool) -> in
         )
     ).all()
     return _rate(node, rows, spot=spot)
+
+
+async def on_demand_rates(session: AsyncSession, nodes: Sequence[NodeRow]) -> dict[str, int]:
+    """`hourly_rate(…, spot=False)` of each node by id, read in one statement however many
+    nodes there are (a submit weighs every online node that could take the job)."""
+    providers = sorted({node.provider_id for node in nodes})
+    if not providers:
+        return {}
+    rows = (
+        await session.scalars(
+            select(ProviderPriceRow).where(ProviderPriceRow.provider_id.in_(providers))
+        )
+    ).all()
+    by_provider: dict[str, list[ProviderPriceRow]] = {}
+    for row in rows:
+        by_provider.setdefault(row.provider_id, []).append(row)
+    return {
+        node.id: _rate(node, by_provider.get(node.provider_id, ()), spot=False) for node in nodes
+    }
 
 
 async def refresh_node(session: AsyncSession, node: NodeRow) -> None:
