@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, Response
 
@@ -95,15 +95,20 @@ _VALIDATION_DESCRIPTION = (
 )
 
 
+async def openapi_yaml(request: Request) -> Response:
+    text = yaml.safe_dump(request.app.openapi(), sort_keys=False, allow_unicode=True)
+    return Response(text, media_type="application/yaml")
+
+
+async def swagger_ui() -> HTMLResponse:
+    """Swagger UI from this server's own copy of its assets (works without internet)."""
+    return HTMLResponse(SWAGGER_PAGE)
+
+
 def install(app: FastAPI) -> None:
     app.openapi = _openapi_with_one_error_shape(app)  # type: ignore[method-assign]
-
-    @app.get("/openapi.yaml", include_in_schema=False)
-    async def openapi_yaml() -> Response:
-        text = yaml.safe_dump(app.openapi(), sort_keys=False, allow_unicode=True)
-        return Response(text, media_type="application/yaml")
-
-    @app.get("/docs", include_in_schema=False)
-    async def swagger_ui() -> HTMLResponse:
-        """Swagger UI from this server's own copy of its assets (works without internet)."""
-        return HTMLResponse(SWAGGER_PAGE)
+    # Module-level endpoints, never closures over `app`: FastAPI caches facts about
+    # each endpoint function (bounded, 4,096 entries), and a closure there would keep
+    # its whole app alive long after it is gone (thousands, in a test run).
+    app.add_api_route("/openapi.yaml", openapi_yaml, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/docs", swagger_ui, methods=["GET"], include_in_schema=False)

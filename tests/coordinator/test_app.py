@@ -1,0 +1,30 @@
+"""`create_app`: an app that has served and is dropped leaves nothing of itself behind.
+
+FastAPI keeps facts about endpoint functions in module-level caches; an endpoint made
+as a closure over the app would keep every app ever built alive there (a test run
+builds thousands, and the collector walked them all, again and again)."""
+
+import gc
+import weakref
+
+import httpx
+from fastapi import FastAPI
+
+from gpu_share.coordinator.app import create_app
+from gpu_share.coordinator.core.settings import Settings
+from gpu_share.testing.clock import FrozenClock
+
+
+async def test_a_dropped_app_is_freed(settings: Settings, clock: FrozenClock) -> None:
+    async def serve_once() -> weakref.ref[FastAPI]:
+        app = create_app(settings, clock=clock)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                for path in ("/health", "/openapi.yaml", "/docs", "/signin"):
+                    assert (await client.get(path)).status_code == 200, path
+        return weakref.ref(app)
+
+    gone = await serve_once()
+    gc.collect()
+    assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
