@@ -154,3 +154,19 @@ async def test_another_tenants_listing_is_empty(
     await client.post("/v1/artifacts?kind=model", content=b"abc", headers=tenant.headers)
     listed = await client.get("/v1/artifacts", headers=other_tenant.headers)
     assert listed.json() == {"items": [], "next_cursor": None}
+
+
+async def test_the_api_documents_starts_where_tenants_start_and_names_every_tag(
+    client: httpx.AsyncClient,
+) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    listed = [tag["name"] for tag in spec["tags"]]
+    assert listed[0] == "invokes" and listed[-1] == "agent"
+    used = {
+        tag
+        for operations in spec["paths"].values()
+        for operation in operations.values()
+        for tag in operation.get("tags", [])
+    }
+    assert used <= set(listed), f"tags missing from api/docs.TAGS: {used - set(listed)}"
+    assert all(tag["description"] for tag in spec["tags"])

@@ -63,6 +63,7 @@ def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
                 summary=app.summary,
                 description=app.description,
                 routes=app.routes,
+                tags=TAGS,
             )
             error_ref = "#/components/schemas/ErrorResponse"
             for operations in schema.get("paths", {}).values():
@@ -89,6 +90,25 @@ def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
 
     return openapi
 
+
+# The order Swagger UI shows: where a tenant starts first, the agent's internals last.
+TAGS = [
+    {"name": "invokes", "description": "Run a job: submit, follow, cancel (start here)"},
+    {"name": "artifacts", "description": "Upload models, configs and inputs"},
+    {"name": "sessions", "description": "Keep a model loaded for a series of forward calls"},
+    {"name": "reservations", "description": "Book GPUs for a period"},
+    {"name": "billing", "description": "Balance, usage and charges"},
+    {"name": "discovery", "description": "Health, nodes, offers and runtimes"},
+    {"name": "applications", "description": "Apply for a tenant account"},
+    {"name": "provider applications", "description": "Apply to provide GPUs"},
+    {"name": "provider", "description": "A provider's account, machines and earnings"},
+    {"name": "prices", "description": "A provider's prices per GPU model"},
+    {"name": "reliability", "description": "A provider's reliability scores"},
+    {"name": "benchmarks", "description": "Measured GPU performance"},
+    {"name": "admin", "description": "Review, keys, top-ups, payouts, trust"},
+    {"name": "agent installation", "description": "The agent's install script and package"},
+    {"name": "agent", "description": "The agent protocol (used by the agent, not by people)"},
+]
 
 _VALIDATION_DESCRIPTION = (
     "Invalid input (VALIDATION_ERROR) or checksum mismatch (CHECKSUM_MISMATCH)"
