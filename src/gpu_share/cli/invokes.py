@@ -170,8 +170,9 @@ def invoke(args: argparse.Namespace, client: "Client", out: Output) -> int:
         options["inputs_checksum_sha256"] = inputs_sha
     # With --wait the submit itself holds for the first status window (`Prefer: wait`):
     # a short job is answered finished, with no status request after it.
-    window = min(client.config.poll_interval, args.wait_timeout or float("inf"))
-    wait = window if args.wait else 0.0
+    wait = client.config.poll_interval if args.wait else 0.0
+    if args.wait_timeout is not None:  # as invoke_and_wait: never hold past the timeout
+        wait = min(wait, args.wait_timeout)
     queued = client.invoke(args.runtime, model_url, inputs_url, wait=wait, **options)
     if not args.wait:
         out.result(
