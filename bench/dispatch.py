@@ -27,12 +27,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 import numpy as np
+import psutil
 
 from gpu_share.examples import DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.protocol import agent as wire
@@ -108,9 +110,34 @@ async def bare_skip_locked(dsn: str, jobs: int, workers: int) -> float:
     return jobs / (time.perf_counter() - start)
 
 
+@dataclass
+class Throughput:
+    jobs_per_sec: float
+    submit_cpu_ms: float
+    """The server's CPU (user + system) per submitted invoke."""
+    drain_cpu_ms: float
+    """The server's CPU per job while the agents lease it and report its result."""
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.submit_cpu_ms + self.drain_cpu_ms
+
+
+def cpu_sec(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
 async def ours_throughput(
-    base: str, token: str, tenant: dict[str, str], jobs: int, workers: int, *, mode: str
-) -> float:
+    base: str,
+    token: str,
+    tenant: dict[str, str],
+    jobs: int,
+    workers: int,
+    server: psutil.Process,
+    *,
+    mode: str,
+) -> Throughput:
     """`mode`: "three" (lease, start, result), "fast" (the lease is the start; lease and
     result) or "next" (the result brings the next job: one request a job)."""
     agents = [SimulatedAgent(base) for _ in range(workers)]
@@ -125,9 +152,11 @@ async def ours_throughput(
 
     beating = asyncio.create_task(keep_online())
     async with httpx.AsyncClient(base_url=base, headers=tenant, timeout=30) as http:
+        before = cpu_sec(server)
         for _ in range(jobs):
             response = await http.post("/v1/gpu/invoke", json=CPU_BODY)
             assert response.status_code == 202, response.text
+        submit_cpu = cpu_sec(server) - before
     beating.cancel()
 
     following = wire.LeaseRequest(slots=1, free_gpus=0, wait_sec=0, start=True)
@@ -145,14 +174,14 @@ async def ours_throughput(
                 agent.leased.extend(j.invoke_id for j in handed_on)
                 jobs_left += handed_on
 
-    start = time.perf_counter()
+    start, before = time.perf_counter(), cpu_sec(server)
     await asyncio.gather(*(drain(a) for a in agents))
-    elapsed = time.perf_counter() - start
+    elapsed, drain_cpu = time.perf_counter() - start, cpu_sec(server) - before
     done = sum(len(a.leased) for a in agents)
     assert done == jobs, (done, jobs)
     for agent in agents:
         await agent.aclose()
-    return jobs / elapsed
+    return Throughput(jobs / elapsed, submit_cpu * 1000 / jobs, drain_cpu * 1000 / jobs)
 
 
 async def enqueue_latency(
@@ -309,27 +338,46 @@ async def main() -> None:
             tenant = {"Authorization": f"Bearer {tenant_key}"}
 
             bare = await bare_skip_locked(dsn, args.jobs, args.agents)
-            three = await ours_throughput(base, token, tenant, args.jobs, args.agents, mode="three")
-            fast = await ours_throughput(base, token, tenant, args.jobs, args.agents, mode="fast")
-            ours = await ours_throughput(base, token, tenant, args.jobs, args.agents, mode="next")
-            latencies = await enqueue_latency(base, token, tenant, args.latency_samples)
-            e2e = await end_to_end(base, token, tenant, tmp, args.e2e_samples)
+            process = psutil.Process(server.pid)
+            three, fast, ours = [
+                await ours_throughput(
+                    base, token, tenant, args.jobs, args.agents, process, mode=mode
+                )
+                for mode in ("three", "fast", "next")
+            ]
+            latencies = (
+                await enqueue_latency(base, token, tenant, args.latency_samples)
+                if args.latency_samples
+                else [float("nan")]
+            )
+            e2e = (
+                await end_to_end(base, token, tenant, tmp, args.e2e_samples)
+                if args.e2e_samples
+                else None
+            )
         finally:
             server.terminate()
             server.wait()
             await drop_scratch_postgres(url)
 
     print(f"(a) lease throughput, {args.agents} agents, {args.jobs} jobs, one per lease:")
-    print(f"    ours, result brings the next:  {ours:8.0f} jobs/s")
-    print(f"    ours, fast path (2 requests):  {fast:8.0f} jobs/s")
-    print(f"    ours, lease + start + result:  {three:8.0f} jobs/s")
+    for label, run in (
+        ("result brings the next", ours),
+        ("fast path (2 requests)", fast),
+        ("lease + start + result", three),
+    ):
+        print(
+            f"    ours, {label}: {run.jobs_per_sec:6.0f} jobs/s,"
+            f" ratio {run.jobs_per_sec / bare:.2f};"
+            f" server CPU per job {run.cpu_ms:5.1f} ms (submit {run.submit_cpu_ms:.1f},"
+            f" lease + result {run.drain_cpu_ms:.1f})"
+        )
     print(f"    bare SKIP LOCKED loop:         {bare:8.0f} jobs/s")
-    print(f"    ratio next / bare:             {ours / bare:8.2f}   (target >= 0.25)")
-    print(f"    ratio fast path / bare:        {fast / bare:8.2f}")
-    print(f"    ratio three requests / bare:   {three / bare:8.2f}")
     print(f"(b) enqueue-to-agent latency, idle long-polling agent, {len(latencies)} samples:")
     p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
     print(f"    p50 {p50:.1f} ms   p99 {p99:.1f} ms   (target p50 <= 5 ms)")
+    if e2e is None:
+        return
     floor = statistics.median(e2e["floor"])
     print(f"(c) end-to-end digits invoke, warm cache, {len(e2e['floor'])} samples, interleaved:")
     for name, label in (

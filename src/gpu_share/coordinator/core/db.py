@@ -7,12 +7,13 @@ is locked"; on PostgreSQL rows that are claimed are locked with `FOR UPDATE`.
 """
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import event, exc, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (
@@ -24,8 +25,19 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.pool import NullPool
 
 
+PING_AFTER_IDLE_SEC = 5.0
+"""A pooled PostgreSQL connection unused this long is tried before it is handed out."""
+
+
 class Database:
-    def __init__(self, url: str, *, busy_timeout_ms: int = 10_000, echo: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout_ms: int = 10_000,
+        echo: bool = False,
+        ping_after_idle_sec: float = PING_AFTER_IDLE_SEC,
+    ) -> None:
         parsed = make_url(url)
         self.url = url
         self.dialect = parsed.get_backend_name()
@@ -35,10 +47,12 @@ class Database:
             ensure_sqlite_directory(url)
             kwargs["connect_args"] = {"timeout": busy_timeout_ms / 1000}
         else:
-            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+            kwargs.update(pool_size=10, max_overflow=20)
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             _configure_sqlite(self.engine, busy_timeout_ms)
+        else:
+            _ping_after_idle(self.engine, ping_after_idle_sec)
         self._write_engine = self.engine.execution_options(sqlite_begin="IMMEDIATE")
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._write_sessions = async_sessionmaker(self._write_engine, expire_on_commit=False)
@@ -88,6 +102,34 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
         conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _ping_after_idle(engine: AsyncEngine, idle_sec: float) -> None:
+    """Hand out only live connections without a round trip per request.
+
+    `pool_pre_ping` would try every connection at every checkout: on PostgreSQL three
+    round trips (asyncpg's ping is BEGIN, `;`, ROLLBACK) before each request's first
+    statement. A connection that was in use moments ago is alive as far as a ping can
+    tell; one that sat idle (across a database restart, a proxy's idle timeout) is tried
+    first, and a dead one is replaced, as `pool_pre_ping` would. A connection that dies
+    while busy fails its statement, and SQLAlchemy invalidates it then.
+    """
+    pool = engine.sync_engine.pool
+
+    @event.listens_for(pool, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(pool, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < idle_sec:
+            return  # new (just connected) or busy moments ago
+        try:
+            dbapi_connection.ping()
+        except Exception as error:
+            # The pool discards this connection and checks out another (up to 3 tries).
+            raise exc.DisconnectionError(f"pooled connection is dead: {error}") from error
 
 
 def ensure_sqlite_directory(url: str) -> None:

@@ -27,8 +27,9 @@
 
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import ArtifactRow, InvokeRow, LedgerTransactionRow, NodeRow
@@ -171,31 +172,33 @@ async def commission_of(session: AsyncSession, reserve_cause: str) -> int:
     return int(found) if isinstance(found, int) else DEFAULT_COMMISSION_BPS
 
 
-async def settle(session: AsyncSession, invoke_id: str, now: datetime) -> int:
+SETTLED_COLUMNS = (
+    InvokeRow.id,
+    InvokeRow.tenant_id,
+    InvokeRow.node_id,
+    InvokeRow.runtime,
+    InvokeRow.priority,
+    InvokeRow.gpus,
+    InvokeRow.timeout_sec,
+    InvokeRow.started_at,
+    InvokeRow.finished_at,
+    InvokeRow.error_code,
+    InvokeRow.reserved_micro,
+    InvokeRow.rate_micro_per_hour,
+    InvokeRow.cost_micro,
+    InvokeRow.attempts,
+    InvokeRow.preemptions,
+)
+"""What `settle` reads of a final invoke: `invoke_state` has the UPDATE that makes it
+final return them (`RETURNING`), so settling costs no read of its own."""
+
+
+async def settle(session: AsyncSession, row: Row[*tuple[Any, ...]], now: datetime) -> int:
     """Charge or release a final invoke's reserve, once; returns its cost.
 
-    Called by `invoke_state` in the transaction that makes the invoke final."""
-    row = (
-        await session.execute(
-            select(
-                InvokeRow.id,
-                InvokeRow.tenant_id,
-                InvokeRow.node_id,
-                InvokeRow.runtime,
-                InvokeRow.priority,
-                InvokeRow.gpus,
-                InvokeRow.timeout_sec,
-                InvokeRow.started_at,
-                InvokeRow.finished_at,
-                InvokeRow.error_code,
-                InvokeRow.reserved_micro,
-                InvokeRow.rate_micro_per_hour,
-                InvokeRow.cost_micro,
-                InvokeRow.attempts,
-                InvokeRow.preemptions,
-            ).where(InvokeRow.id == invoke_id)
-        )
-    ).one()
+    Called by `invoke_state` in the transaction that makes the invoke final, with the
+    invoke as that UPDATE left it (`SETTLED_COLUMNS`)."""
+    invoke_id: str = row.id
     if row.cost_micro is not None and row.reserved_micro == 0:
         return int(row.cost_micro)  # free mode: it was "0" from the start
     charged = (
@@ -212,9 +215,10 @@ async def settle(session: AsyncSession, invoke_id: str, now: datetime) -> int:
     if row.error_code in {code.value for code in PROVIDER_SIDE} or row.node_id is None:
         ms = 0
     cost = int(min(metered(rate, ms), left))
-    await session.execute(
-        update(InvokeRow).where(InvokeRow.id == invoke_id).values(cost_micro=charged + cost)
-    )
+    if row.cost_micro != charged + cost:
+        await session.execute(
+            update(InvokeRow).where(InvokeRow.id == invoke_id).values(cost_micro=charged + cost)
+        )
     if row.reserved_micro == 0:
         return cost
     tenant = row.tenant_id

@@ -9,7 +9,7 @@ it takes is leased by `leased_jobs`; what happens to a lease afterwards is `leas
 """
 
 import functools
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -42,6 +42,12 @@ from gpu_share.protocol import agent as wire
 from gpu_share.protocol.invokes import InvokeStatus
 
 
+SEEN_RESOLUTION = timedelta(seconds=1)
+"""A claim marks its node seen (as a heartbeat does) only when the mark is this old: a
+busy agent claims many times a second, and presence is judged in tens of seconds
+(`node_offline_after_sec`), so one write a second tells all the others would."""
+
+
 async def claim(
     session: AsyncSession,
     node_id: str,
@@ -64,7 +70,8 @@ async def claim(
     if found is None:
         raise NotFound(f"node {node_id} does not exist")
     node, provider_suspended_at = found
-    node.last_seen_at = now
+    if node.last_seen_at is None or now - node.last_seen_at >= SEEN_RESOLUTION:
+        node.last_seen_at = now
     # Quarantined (`node_listed`) or its provider suspended: no work (docs/trust.md).
     if provider_suspended_at is not None or not node_listed(node) or not in_window(node, now):
         return []

@@ -72,10 +72,19 @@ async def _final(
     values: dict[str, Any],
     *guards: Any,
 ) -> bool:
-    """A transition into a final status, settled in the same transaction."""
-    if not await _transition(session, invoke_id, leaving, values, *guards):
+    """A transition into a final status, settled in the same transaction: the UPDATE
+    returns what settling needs."""
+    final = (
+        await session.execute(
+            update(InvokeRow)
+            .where(InvokeRow.id == invoke_id, InvokeRow.status.in_(leaving), *guards)
+            .values(**values)
+            .returning(*billing.SETTLED_COLUMNS)
+        )
+    ).one_or_none()
+    if final is None:
         return False
-    await billing.settle(session, invoke_id, values["finished_at"])
+    await billing.settle(session, final, values["finished_at"])
     return True
 
 
