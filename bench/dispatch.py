@@ -125,7 +125,7 @@ class Throughput:
 
 def cpu_sec(process: psutil.Process) -> float:
     times = process.cpu_times()
-    return times.user + times.system
+    return float(times.user + times.system)
 
 
 async def ours_throughput(

@@ -233,13 +233,18 @@ async def finished_invokes(db: Database, count: int) -> list[str]:
 
 async def settle_many(db: Database, ids: list[str], writers: int) -> float:
     """Each invoke settled as its final status change settles it: `billing.settle` in
-    its own write transaction."""
+    its own write transaction, with the invoke as that change's UPDATE returns it."""
     queue = iter(ids)
 
     async def writer() -> None:
         for invoke_id in queue:
             async with db.write() as session:
-                await billing.settle(session, invoke_id, NOW)
+                final = (
+                    await session.execute(
+                        select(*billing.SETTLED_COLUMNS).where(InvokeRow.id == invoke_id)
+                    )
+                ).one()
+                await billing.settle(session, final, NOW)
 
     started = time.perf_counter()
     await asyncio.gather(*[writer() for _ in range(writers)])

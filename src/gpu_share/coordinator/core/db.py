@@ -24,7 +24,6 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.pool import NullPool
 
-
 PING_AFTER_IDLE_SEC = 5.0
 """A pooled PostgreSQL connection unused this long is tried before it is handed out."""
 

@@ -41,7 +41,6 @@ from gpu_share.coordinator.services.work.artifact_refs import LeaseContext
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.invokes import InvokeStatus
 
-
 SEEN_RESOLUTION = timedelta(seconds=1)
 """A claim marks its node seen (as a heartbeat does) only when the mark is this old: a
 busy agent claims many times a second, and presence is judged in tens of seconds
