@@ -203,9 +203,13 @@ async def finish(
     error: InvokeError | None,
     started_at: datetime,
     now: datetime,
+    log_bytes: int | None = None,
 ) -> bool:
-    """assigned/running → the verdict its node reported (done, failed, timeout, canceled)."""
+    """assigned/running → the verdict its node reported (done, failed, timeout, canceled).
+    `log_bytes`: the log's size with the text the report brought (`leases.clipped_log`),
+    written in the same statement."""
     assert status.terminal, status
+    logged = {} if log_bytes is None else {"log_bytes": log_bytes}
     return await _final(
         session,
         lease.invoke_id,
@@ -217,6 +221,7 @@ async def finish(
             "result": result.model_dump(mode="json") if result is not None else None,
             "error_code": error.code if error else None,
             "error_message": error.message if error else None,
+            **logged,
         },
         *_held(lease),
     )

@@ -8,7 +8,7 @@ holds; a transition that touches no row means the caller's lease is stale.
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.errors import Conflict, NotFound
@@ -63,11 +63,20 @@ async def heartbeat(
     now: datetime,
     settings: Settings,
 ) -> wire.HeartbeatAck:
-    node = await session.get(NodeRow, node_id)
-    if node is None:
+    telemetry = beat.telemetry.model_dump()
+    # One statement marks the node seen and returns what the answer needs (loading the
+    # node to change two columns cost a read and the ORM's bookkeeping on every beat).
+    benchmark_requested_at = (
+        await session.execute(
+            update(NodeRow)
+            .where(NodeRow.id == node_id)
+            .values(last_seen_at=now, telemetry=telemetry)
+            .returning(NodeRow.benchmark_requested_at)
+            .execution_options(synchronize_session=False)
+        )
+    ).one_or_none()
+    if benchmark_requested_at is None:
         raise NotFound(f"node {node_id} does not exist")
-    node.last_seen_at = now
-    node.telemetry = beat.telemetry.model_dump()
     nodes.record_telemetry(session, node_id, beat.telemetry, now)
     await presence.record_beat(session, node_id, now)
     expires = now + timedelta(seconds=settings.lease_ttl_sec)
@@ -104,7 +113,7 @@ async def heartbeat(
     return wire.HeartbeatAck(
         leases=statuses,
         heartbeat_interval_sec=settings.heartbeat_interval_sec,
-        run_benchmark=node.benchmark_requested_at is not None,
+        run_benchmark=benchmark_requested_at[0] is not None,
     )
 
 
@@ -128,16 +137,25 @@ def add_log(
     session: AsyncSession, row: InvokeRow, text: str, now: datetime, settings: Settings
 ) -> None:
     """Append to the invoke's log, truncating once it reaches the per-invoke cap."""
-    room = settings.max_log_bytes_per_invoke - row.log_bytes
+    kept, row.log_bytes = clipped_log(row.log_bytes, text, settings)
+    _append(session, row, kept, now)
+
+
+def clipped_log(log_bytes: int, text: str, settings: Settings) -> tuple[str, int]:
+    """What of `text` an invoke whose log holds `log_bytes` keeps, and its size after."""
+    room = settings.max_log_bytes_per_invoke - log_bytes
     if room <= 0 or not text:
-        return
+        return "", log_bytes
     data = text.encode()
     if len(data) > room:
-        text = data[:room].decode(errors="ignore") + "\n[log truncated: size limit reached]\n"
-        row.log_bytes = settings.max_log_bytes_per_invoke
-    else:
-        row.log_bytes += len(data)
-    session.add(InvokeLogRow(invoke_id=row.id, attempt=row.attempts, created_at=now, text=text))
+        kept = data[:room].decode(errors="ignore") + "\n[log truncated: size limit reached]\n"
+        return kept, settings.max_log_bytes_per_invoke
+    return text, log_bytes + len(data)
+
+
+def _append(session: AsyncSession, row: InvokeRow, text: str, now: datetime) -> None:
+    if text:
+        session.add(InvokeLogRow(invoke_id=row.id, attempt=row.attempts, created_at=now, text=text))
 
 
 async def leased_invoke(session: AsyncSession, lease: Lease) -> InvokeRow:
@@ -185,6 +203,8 @@ async def report_result(
         result = result.model_copy(
             update={"metrics": result.metrics.model_copy(update={"queue_ms": queue_ms})}
         )
+    # The last log text rides on the report: its size is written with the verdict.
+    log_text, log_bytes = clipped_log(row.log_bytes, report.log, settings)
     if not await invoke_state.finish(
         session,
         lease,
@@ -193,9 +213,10 @@ async def report_result(
         error=report.error,
         started_at=row.started_at or now,
         now=now,
+        log_bytes=log_bytes,
     ):
         raise _stale(lease.invoke_id)
-    add_log(session, row, report.log, now, settings)
+    _append(session, row, log_text, now)
     return report.status
 
 
