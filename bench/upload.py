@@ -19,10 +19,12 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import numpy as np
 import psutil
 
 from gpu_share.testing.servers import free_port
@@ -32,13 +34,22 @@ PYTHON = sys.executable
 
 
 def make_file(path: Path, size: int) -> str:
-    hasher = hashlib.sha256()
+    """An NPZ of one float32 array filling `size` bytes (uploads of inputs are checked to
+    be readable archives), written without holding it whole; returns its SHA-256."""
     block = os.urandom(1 << 20)
-    with path.open("wb") as f:
-        for i in range(size // len(block)):
-            chunk = block[:-8] + i.to_bytes(8, "little")
+    blocks = size // len(block)
+    with (
+        zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive,
+        archive.open("x.npy", "w", force_zip64=True) as member,
+    ):
+        header = {"descr": "<f4", "fortran_order": False, "shape": (blocks * len(block) // 4,)}
+        np.lib.format.write_array_header_1_0(member, header)
+        for i in range(blocks):
+            member.write(block[:-8] + i.to_bytes(8, "little"))
+    hasher = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
             hasher.update(chunk)
-            f.write(chunk)
     return hasher.hexdigest()
 
 

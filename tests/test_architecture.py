@@ -207,6 +207,24 @@ def test_the_challenge_arithmetic_pulls_in_no_server_or_runtime() -> None:
     assert "numpy" not in modules_loaded_by("import gpu_share.challenge.sizing")
 
 
+# What the coordinator takes from the agent: the CatBoost train config contract alone, so an
+# upload is checked exactly as the runtime will check it (docs/architecture.md).
+AGENT_CONTRACT = ("gpu_share.agent.runtimes.catboost_config", "gpu_share.agent.runtimes.runner")
+
+
+def test_the_coordinator_takes_from_the_agent_only_the_train_config_contract() -> None:
+    used = {
+        imp.imported
+        for imp in IMPORTS
+        if imp.importer.startswith("gpu_share.coordinator.")
+        and imp.imported.startswith("gpu_share.agent")
+    }
+    assert used <= set(AGENT_CONTRACT), sorted(used - set(AGENT_CONTRACT))
+    loaded = modules_loaded_by("import gpu_share.agent.runtimes.catboost_config")
+    agent_weight = {*HEAVY, "numpy", "psutil", "pynvml", "docker", "websockets"}
+    assert not loaded & agent_weight, sorted(loaded & agent_weight)
+
+
 def test_cli_entry_point_imports_no_server() -> None:
     loaded = modules_loaded_by("import gpu_share.cli.main")
     assert not loaded & set(HEAVY)

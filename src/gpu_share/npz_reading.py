@@ -17,6 +17,9 @@ megabyte, so what an archive expands to is judged before it is expanded:
 
 Only stored and deflated members are read (what `numpy.savez` and
 `numpy.savez_compressed` write); anything else is refused with the reason.
+
+`check_npz` makes the same checks without keeping any array (each member streams through
+the bounded reader and is dropped): how the coordinator judges an uploaded inputs file.
 """
 
 import ast
@@ -25,9 +28,10 @@ import math
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
 Array = npt.NDArray[np.generic]
+T = TypeVar("T")
 
 MiB = 1024 * 1024
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
@@ -105,7 +110,62 @@ def load_npz_bytes(data: bytes, *, max_bytes: int | None = None) -> dict[str, Ar
     return load_npz(io.BytesIO(data), max_bytes=max_bytes)
 
 
+@dataclass(frozen=True)
+class ArrayHeader:
+    """What an array of an NPZ declares: its name, dtype and shape."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def check_npz(
+    source: Path | BinaryIO, *, verify_data_up_to: int | None = None
+) -> list[ArrayHeader]:
+    """The arrays of an NPZ, judged as `load_npz` judges them but never allocated: the
+    directory and every header always; the data (each member inflated, never past what
+    it declares, to exactly that size, and its CRC) while the arrays hold at most
+    `verify_data_up_to` bytes together (all of them when None). Raises `NpzError`."""
+    if isinstance(source, Path):
+        with source.open("rb") as file:
+            return _check(file, verify_data_up_to)
+    return _check(source, verify_data_up_to)
+
+
+def _check(file: BinaryIO, verify_data_up_to: int | None) -> list[ArrayHeader]:
+    def verify(arrays_ahead: list[_Array]) -> list[ArrayHeader]:
+        total = sum(array.data_bytes for array in arrays_ahead)
+        if verify_data_up_to is None or total <= verify_data_up_to:
+            for ahead in arrays_ahead:
+                member = _Member(file, ahead.info, ahead.name)
+                while member.read(CHUNK_BYTES):
+                    pass
+                member.finish()
+        return [ArrayHeader(a.name, dtype_name(a.dtype), a.shape) for a in arrays_ahead]
+
+    return _read_archive(file, verify)
+
+
 def _load(file: BinaryIO, max_bytes: int | None) -> dict[str, Array]:
+    def read(arrays_ahead: list[_Array]) -> dict[str, Array]:
+        total = sum(array.data_bytes for array in arrays_ahead)
+        if max_bytes is not None and total > max_bytes:
+            largest = sorted(arrays_ahead, key=lambda a: a.data_bytes, reverse=True)[:3]
+            raise NpzTooLarge(
+                total, max_bytes, ", ".join(f'"{a.name}": {a.describe()}' for a in largest)
+            )
+        arrays: dict[str, Array] = {}
+        for ahead in arrays_ahead:
+            member = _Member(file, ahead.info, ahead.name)
+            arrays[ahead.name] = np.lib.format.read_array(member, allow_pickle=False)
+            member.finish()
+        return arrays
+
+    return _read_archive(file, read)
+
+
+def _read_archive(file: BinaryIO, then: Callable[[list["_Array"]], T]) -> T:
+    """`then` of the archive's arrays, once its directory and every header are checked."""
     _refuse_unreadable(file)
     try:
         with zipfile.ZipFile(file) as archive:
@@ -113,18 +173,7 @@ def _load(file: BinaryIO, max_bytes: int | None) -> dict[str, Array]:
             _check_directory(infos)
             arrays_ahead = [_header_of(file, info) for info in infos]
             _check_unique(arrays_ahead)
-            total = sum(array.data_bytes for array in arrays_ahead)
-            if max_bytes is not None and total > max_bytes:
-                largest = sorted(arrays_ahead, key=lambda a: a.data_bytes, reverse=True)[:3]
-                raise NpzTooLarge(
-                    total, max_bytes, ", ".join(f'"{a.name}": {a.describe()}' for a in largest)
-                )
-            arrays: dict[str, Array] = {}
-            for ahead in arrays_ahead:
-                member = _Member(file, ahead.info, ahead.name)
-                arrays[ahead.name] = np.lib.format.read_array(member, allow_pickle=False)
-                member.finish()
-            return arrays
+            return then(arrays_ahead)
     except NpzError:
         raise
     except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as exc:

@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from gpu_share.cli.main import main
 from gpu_share.examples import DIGITS_EXPECTED_LABELS, DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.testing.factories import TenantHandle
-from gpu_share.testing.models import slow_model
+from gpu_share.testing.models import slow_model, unloadable_model
 from gpu_share.testing.servers import free_port, serve
 from gpu_share.testing.stack import LiveStack
 
@@ -165,6 +165,8 @@ def test_upload_prints_the_url_and_reuses_identical_bytes(
     )
     assert code == 0 and out.startswith("art_")
     assert f"url:     {stack.base_url}/v1/artifacts/art_" in out
+    assert "inputs:  input: float32[?,64]\n" in out
+    assert "outputs: label: int64[?], probabilities: float32[?,10]" in out
     code, again, _ = gpu_share(
         capsys, "upload", *connected(stack, key), str(DIGITS_MODEL), "--kind", "model", "--json"
     )
@@ -236,7 +238,7 @@ def test_a_failing_invoke_exits_1_with_its_code_and_log_tail(
     stack: LiveStack, key: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     bad = tmp_path / "bad.onnx"
-    bad.write_bytes(b"<html>not a model</html>")
+    bad.write_bytes(unloadable_model())  # an ONNX file onnxruntime refuses to load
     code, _, err = gpu_share(
         capsys, "invoke", *connected(stack, key), "--runtime", "onnx_cpu", "--model", str(bad),
         "--wait", *POLL,
@@ -244,6 +246,20 @@ def test_a_failing_invoke_exits_1_with_its_code_and_log_tail(
     assert code == 1
     assert "failed: INVALID_MODEL" in err
     assert "--- last lines of its log ---" in err
+
+
+def test_an_upload_that_is_not_what_its_kind_says_exits_2_saying_why(
+    stack: LiveStack, key: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    page = tmp_path / "model.onnx"
+    page.write_bytes(b"<html>not a model</html>")  # a download that saved an error page
+    code, _, err = gpu_share(capsys, "upload", *connected(stack, key), str(page), "--kind", "model")
+    assert code == 2 and "VALIDATION_ERROR" in err
+    assert "the file is not an ONNX model: it is text" in err
+    code, _, err = gpu_share(
+        capsys, "invoke", *connected(stack, key), "--runtime", "onnx_cpu", "--model", str(page)
+    )
+    assert code == 2 and "not an ONNX model" in err  # refused before any job was queued
 
 
 def test_a_wait_timeout_exits_1_naming_the_invoke_which_can_then_be_canceled(
@@ -311,7 +327,7 @@ def test_no_capacity_unknown_ids_bad_requests_and_keys_have_their_exit_codes(
     code, _, err = gpu_share(
         capsys, "invoke", *connected(stack, key), "--runtime", "onnx_cuda", "--model", url
     )
-    assert code == 1 and "NO_CAPACITY" in err and "wait for a provider" in err
+    assert code == 1 and "NO_CAPACITY" in err and "Try onnx_cpu, which runs on CPUs" in err
     code, _, err = gpu_share(
         capsys, "invoke", *connected(stack, key), "--runtime", "onnx_cpu", "--model", url,
         "--require-verified",

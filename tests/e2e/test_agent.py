@@ -17,7 +17,7 @@ from gpu_share.examples import DIGITS_EXPECTED_LABELS, DIGITS_INPUTS, DIGITS_MOD
 from gpu_share.testing.clock import SystemClock
 from gpu_share.testing.factories import ADMIN
 from gpu_share.testing.live import Live, fast_settings
-from gpu_share.testing.models import slow_model
+from gpu_share.testing.models import slow_model, unloadable_model
 from gpu_share.testing.servers import free_port, serve
 from gpu_share.testing.waiting import eventually
 
@@ -70,7 +70,7 @@ async def test_empty_inputs_url_runs_a_zero_filled_batch(live: Live) -> None:
 
 async def test_bad_model_fails_precisely_and_the_agent_keeps_serving(live: Live) -> None:
     live.agent()
-    bad = await live.upload(b"<html>not a model</html>", "model")
+    bad = await live.upload(unloadable_model(), "model")  # parses; onnxruntime refuses it
     state = await live.finished(await live.invoke(model_url=bad))
     assert state["status"] == "failed"
     assert state["error"]["code"] == "INVALID_MODEL"

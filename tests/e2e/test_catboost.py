@@ -156,28 +156,15 @@ async def test_outputs_upload_is_retried_and_its_failure_keeps_the_result(
 @pytest.mark.parametrize(
     ("config", "inputs", "code", "fragment"),
     [
-        (b"{not json", npz_bytes(X=np.zeros((4, 2)), y=np.zeros(4)), "INVALID_CONFIG", "JSON"),
         (
-            {"task": "clustering"},
+            {"task": "regression", "loss_function": "NoSuchLoss"},
             npz_bytes(X=np.zeros((4, 2)), y=np.zeros(4)),
             "INVALID_CONFIG",
-            "task",
-        ),
-        (
-            {"task": "regression", "train_dir": "/etc"},
-            npz_bytes(X=np.zeros((4, 2)), y=np.zeros(4)),
-            "INVALID_CONFIG",
-            "train_dir",
+            "CatBoost refused the train config: Key 'NoSuchLoss' not found",
         ),
         ({"task": "regression"}, npz_bytes(X=np.zeros((4, 2))), "INVALID_INPUTS", "y"),
-        (
-            {"task": "regression"},
-            json.dumps({"task": "regression"}).encode(),
-            "INVALID_INPUTS",
-            "swap",
-        ),
     ],
-    ids=["not-json", "unknown-task", "train-dir", "no-y", "swapped"],
+    ids=["catboost-refuses", "no-y"],
 )
 async def test_bad_training_requests_fail_precisely_and_the_agent_keeps_serving(
     live: Live, config: Any, inputs: bytes, code: str, fragment: str
@@ -187,6 +174,41 @@ async def test_bad_training_requests_fail_precisely_and_the_agent_keeps_serving(
     assert state["status"] == "failed"
     assert state["error"]["code"] == code, state["error"]
     assert fragment in state["error"]["message"]
+
+
+GOOD_INPUTS = npz_bytes(X=np.zeros((4, 2)), y=np.zeros(4))
+
+
+@pytest.mark.parametrize(
+    ("config", "inputs", "refused", "fragment"),
+    [
+        (b"{not json", GOOD_INPUTS, "config", "it is not JSON"),
+        ({"task": "clustering"}, GOOD_INPUTS, "config", "task"),
+        ({"task": "regression", "train_dir": "/etc"}, GOOD_INPUTS, "config", "train_dir"),
+        (
+            {"task": "regression"},
+            json.dumps({"task": "regression"}).encode(),
+            "inputs",
+            "it is JSON, such as a CatBoost train config (upload those with kind=config)",
+        ),
+    ],
+    ids=["not-json", "unknown-task", "train-dir", "swapped"],
+)
+async def test_training_files_the_runtime_would_refuse_are_refused_at_upload(
+    live: Live, config: Any, inputs: bytes, refused: str, fragment: str
+) -> None:
+    """What the runtime's own config contract refuses is refused where it is made, with
+    the runtime's words; only what CatBoost itself or the data decide reaches a node."""
+    config_bytes = config if isinstance(config, bytes) else json.dumps(config).encode()
+    for kind, data in (("config", config_bytes), ("inputs", inputs)):
+        response = await live.http.post(
+            "/v1/artifacts", params={"kind": kind}, content=data, headers=live.tenant_headers
+        )
+        if kind == refused:
+            assert response.status_code == 422, response.text
+            assert fragment in response.json()["error"]["message"]
+        else:
+            assert response.status_code == 201, response.text
 
 
 async def test_a_killed_agent_s_training_resumes_from_its_snapshot_elsewhere(live: Live) -> None:

@@ -12,6 +12,7 @@ import pytest
 from gpu_share.examples import DIGITS_EXPECTED_LABELS, DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.testing.factories import create_tenant
 from gpu_share.testing.live import AGENT_START_TIMEOUT_SEC, Live
+from gpu_share.testing.models import unloadable_model
 from gpu_share.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -182,7 +183,7 @@ async def test_killed_agent_fails_the_session_and_forwards_get_a_clear_error(liv
 
 async def test_a_model_that_does_not_load_fails_the_session(live: Live) -> None:
     live.agent()
-    bad = await live.upload(b"not an onnx model", "model")
+    bad = await live.upload(unloadable_model(), "model")  # parses; onnxruntime refuses it
     session = await live.create_session({"runtime": "onnx_cpu", "model_url": bad})
     assert session["status"] == "failed"
     assert session["error"]["code"] == "INVALID_MODEL"

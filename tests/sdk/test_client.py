@@ -6,7 +6,6 @@ in tests/sdk/test_live.py.
 """
 
 import asyncio
-import base64
 import hashlib
 import io
 from collections.abc import Awaitable, Callable
@@ -41,15 +40,17 @@ from gpu_share.protocol import agent as wire
 from gpu_share.protocol.artifacts import Artifact
 from gpu_share.protocol.invokes import Invoke, InvokeError, InvokeResult, InvokeStatus, Metrics
 from gpu_share.protocol.nodes import Node, NodeStatus, RuntimeAvailability
+from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.sdk import RetryPolicy
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import ProviderHandle, TenantHandle
+from gpu_share.testing.models import identity_model, padded_model
 from gpu_share.testing.servers import serve
 from gpu_share.testing.simulated_agent import AgentFactory, SimulatedAgent, done_report, npz_bytes
 
 POLL = 0.02
 RETRY = RetryPolicy(backoff_base=0.01)
-MODEL = b"an onnx model, as far as the coordinator can tell"
+MODEL = identity_model()
 UNKNOWN_INVOKE = "inv_" + "0" * 26  # well formed (anything else is a 422), naming nothing
 
 
@@ -99,7 +100,8 @@ async def test_upload_from_bytes_path_and_file_reuses_the_identical_live_artifac
     assert (await sdk.upload_artifact(path, "model")).id == first.id
     with path.open("rb") as file:
         assert (await sdk.upload_artifact(file, "model")).id == first.id
-    assert (await sdk.upload_artifact(str(path), "inputs")).id != first.id  # another kind
+    with pytest.raises(ValidationError, match="it is an ONNX model"):  # sent, not reused
+        await sdk.upload_artifact(str(path), "inputs")
     fresh = await sdk.upload_artifact(io.BytesIO(MODEL), "model", reuse=False)
     assert fresh.id != first.id
     listed = await sdk.artifacts(kind="model")
@@ -148,6 +150,21 @@ async def test_invoke_and_wait_uploads_arrays_and_decodes_inline_outputs(
     job = seen[0]
     assert job.model.sha256 == hashlib.sha256(MODEL).hexdigest()  # checksum sent along
     assert job.inputs is not None and job.inputs.platform
+
+
+async def test_invoke_and_wait_uploads_a_trainings_model_as_its_train_config(
+    sdk: AsyncClient, serving: Callable[..., Awaitable[SimulatedAgent]]
+) -> None:
+    """A CatBoost training takes its train config as `model_url`: uploaded as a model it
+    would be refused (a config is no ONNX model), so it goes as kind=config."""
+    await serving(runtimes=[RuntimeName.CATBOOST_CPU])
+    config = b'{"task": "regression", "iterations": 20}'
+    data = {"X": np.zeros((4, 2), dtype=np.float32), "y": np.arange(4, dtype=np.float32)}
+    out = await sdk.invoke_and_wait("catboost_cpu", config, data)
+    assert out.invoke.status is InvokeStatus.DONE
+    staged = await sdk.artifacts(kind="config")
+    assert [a.sha256 for a in staged.items] == [hashlib.sha256(config).hexdigest()]
+    assert (await sdk.artifacts(kind="model")).items == []
 
 
 async def test_invoke_by_url_with_zero_inputs_then_wait_and_outputs(
@@ -380,7 +397,7 @@ async def test_no_capacity_is_raised_at_once_with_the_servers_retry_after(
     with pytest.raises(NoCapacity) as caught:
         await sdk.invoke("onnx_cuda", url)
     assert caught.value.status == 503 and caught.value.retry_after == 30
-    assert "wait for a provider" in caught.value.message
+    assert caught.value.message.startswith("No machine is online right now to run onnx_cuda")
 
 
 # Configuration
@@ -416,7 +433,7 @@ async def test_blocking_client_over_a_real_socket(
         def use() -> tuple[str, bytes | None, str]:
             with Client(base_url, tenant.key, poll_interval=POLL, retry=RETRY) as client:
                 health = client.health()
-                out = client.invoke_and_wait("onnx_cpu", MODEL, base64.b64encode(b"in"))
+                out = client.invoke_and_wait("onnx_cpu", MODEL, npz_bytes(x=np.zeros(4)))
                 try:
                     client.get_invoke(UNKNOWN_INVOKE)
                 except NotFound as exc:
@@ -438,7 +455,7 @@ async def test_progress_lines_for_uploads_and_waits_when_asked(
     async with AsyncClient(
         "http://testserver", tenant.key, transport=transport, poll_interval=POLL, progress=True
     ) as client:
-        out = await client.invoke_and_wait("onnx_cpu", b"m" * (3 << 20))
+        out = await client.invoke_and_wait("onnx_cpu", padded_model(3 << 20))
     err = capsys.readouterr().err
     assert "\ruploading 3145728 bytes: 3.0/3.0 MiB (100%)" in err
     assert f"\r{out.invoke.id}: done (" in err

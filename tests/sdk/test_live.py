@@ -13,11 +13,12 @@ from gpu_share import (
     InvokeFailed,
     InvokeTimedOut,
     NoCapacity,
+    ValidationError,
 )
 from gpu_share.examples import DIGITS_EXPECTED_LABELS, DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.protocol.invokes import InvokeStatus
 from gpu_share.testing.factories import HELLO_WORLD
-from gpu_share.testing.models import slow_model
+from gpu_share.testing.models import slow_model, unloadable_model
 from gpu_share.testing.stack import LiveStack
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,7 @@ def client(stack: LiveStack) -> Iterator[Client]:
 def test_the_seeds_hello_world_answers_no_capacity_on_a_machine_without_a_gpu(
     client: Client,
 ) -> None:
-    with pytest.raises(NoCapacity, match="no online node serves runtime onnx_cuda"):
+    with pytest.raises(NoCapacity, match=r"can run onnx_cuda on 1 GPU: .* Try onnx_cpu, which"):
         client.invoke(str(HELLO_WORLD["runtime"]), str(HELLO_WORLD["model_url"]), "")
 
 
@@ -64,9 +65,16 @@ async def test_async_client_with_a_numpy_batch_over_a_socket(stack: LiveStack) -
         assert zero["label"].shape == (1,)
 
 
+def test_a_file_that_is_no_model_is_refused_at_upload_with_the_reason(client: Client) -> None:
+    with pytest.raises(ValidationError) as caught:
+        client.invoke_and_wait("onnx_cpu", b"<html>not a model</html>")
+    assert caught.value.status == 422
+    assert "the file is not an ONNX model: it is text" in caught.value.message
+
+
 def test_a_bad_model_fails_with_the_runtimes_code_and_the_log_tail(client: Client) -> None:
     with pytest.raises(InvokeFailed) as caught:
-        client.invoke_and_wait("onnx_cpu", b"<html>not a model</html>")
+        client.invoke_and_wait("onnx_cpu", unloadable_model())  # parses; onnxruntime refuses
     error = caught.value
     assert (error.code, error.status) == ("INVALID_MODEL", InvokeStatus.FAILED)
     assert "valid ONNX model" in error.message

@@ -18,10 +18,11 @@ from gpu_share.protocol import agent as wire
 from gpu_share.protocol.invokes import InvokeStatus
 from gpu_share.sdk import RetryPolicy
 from gpu_share.testing.factories import TenantHandle
+from gpu_share.testing.models import identity_model
 from gpu_share.testing.servers import serve
 from gpu_share.testing.simulated_agent import AgentFactory, SimulatedAgent, done_report
 
-MODEL = b"an onnx model, as far as the coordinator can tell"
+MODEL = identity_model()
 RETRY = RetryPolicy(backoff_base=0.01)
 
 

@@ -16,9 +16,10 @@ from gpu_share import AsyncClient, GpuShareError
 from gpu_share.npz_reading import MAX_ARRAYS
 from gpu_share.protocol import agent as wire
 from gpu_share.sdk import _npz
+from gpu_share.testing.models import identity_model
 from gpu_share.testing.simulated_agent import SimulatedAgent, done_report
 
-MODEL = b"an onnx model, as far as the coordinator can tell"
+MODEL = identity_model()
 UNPICKLED: list[str] = []  # what a pickle in an archive would run, if it ever were
 
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -32,6 +33,7 @@ from gpu_share.sdk import RetryPolicy
 from gpu_share.sdk.errors import API_ERRORS
 from gpu_share.testing.factories import TenantHandle
 from gpu_share.testing.servers import free_port, serve
+from gpu_share.testing.simulated_agent import npz_bytes
 
 QUICK = RetryPolicy(max_attempts=4, backoff_base=0.01, backoff_max=0.05)
 QUEUED = Invoke.model_validate(
@@ -262,7 +264,7 @@ async def proxy(upstream: str, cut_after: int) -> AsyncIterator[tuple[str, Cutti
 async def test_an_interrupted_upload_is_sent_again_from_the_first_byte(
     app: FastAPI, tenant: TenantHandle
 ) -> None:
-    data = bytes(range(256)) * (12 * 1024)  # 3 MiB
+    data = npz_bytes(x=np.tile(np.arange(256, dtype=np.uint8), 12 * 1024))  # 3 MiB
     async with (
         serve(app, lifespan=False) as base_url,
         proxy(base_url, 1 << 20) as (url, cutter),

@@ -3,13 +3,17 @@ stays a fraction of the file, against the real coordinator on a real socket."""
 
 import asyncio
 import hashlib
+import io
 import json
 import shutil
 import sys
+import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
@@ -58,13 +62,54 @@ async def sqlite_app(sqlite_template: Path, tmp_path: Path) -> AsyncIterator[Fas
         yield app
 
 
+class _Holes(io.RawIOBase):
+    """Writes runs of zeros as holes, so the file costs no disk for them."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        super().__init__()
+        self.file = file
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        data = bytes(data)
+        if data.count(0) == len(data):
+            self.file.seek(len(data), io.SEEK_CUR)
+        else:
+            self.file.write(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self.file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.file.tell()
+
+
 def make_big_file(path: Path) -> str:
-    """Sparse, so it costs no disk, with a few marks so its hash is not that of zeros."""
-    with path.open("wb") as file:
-        file.truncate(FILE_SIZE)
-        for offset in (0, FILE_SIZE // 3, FILE_SIZE - 64):
-            file.seek(offset)
-            file.write(b"gpu-share mark %d" % offset)
+    """An inputs NPZ (an upload is checked for what its kind promises) of one uint8 array,
+    sparse so it costs no disk, with a few marks so its hash is not that of zeros."""
+    length = FILE_SIZE - 4096  # the zip's and the array's headers take the rest
+    marks = [(offset, b"gpu-share mark %d" % offset) for offset in (0, length // 3, length - 64)]
+    with (
+        path.open("wb") as raw,
+        zipfile.ZipFile(_Holes(raw), "w", zipfile.ZIP_STORED) as archive,  # ends with its
+        archive.open("x.npy", "w", force_zip64=True) as member,  # directory: no hole last
+    ):
+        header = {"descr": "|u1", "fortran_order": False, "shape": (length,)}
+        np.lib.format.write_array_header_1_0(member, header)
+        written = 0
+        for offset, mark in [*marks, (length, b"")]:
+            while written < offset:
+                step = min(4 * MiB, offset - written)
+                member.write(bytes(step))
+                written += step
+            member.write(mark)
+            written += len(mark)
     hasher = hashlib.sha256()
     with path.open("rb") as file:
         while chunk := file.read(4 * MiB):
@@ -97,5 +142,5 @@ async def test_upload_of_a_400_mib_file_streams_with_flat_memory(
         report = json.loads(out)
         stored = (await http.get(f"/v1/artifacts/{report['id']}", headers=tenant.headers)).json()
     assert report["sha256"] == expected
-    assert (stored["sha256"], stored["size"]) == (expected, FILE_SIZE)
+    assert (stored["sha256"], stored["size"]) == (expected, path.stat().st_size)
     assert report["peak_rss"] < RSS_LIMIT, f"peak RSS {report['peak_rss'] / MiB:.0f} MiB"

@@ -161,7 +161,11 @@ def _arrays(outputs: "InvokeOutputs") -> tuple[list[str], dict[str, Any]]:
 
 
 def invoke(args: argparse.Namespace, client: "Client", out: Output) -> int:
-    model_url, model_sha = _stage(client, args.model, "model")
+    from gpu_share.protocol.runtimes import RuntimeName
+
+    # A CatBoost training's model is its train config, uploaded as one.
+    model_kind = RuntimeName(args.runtime).model_kind.value
+    model_url, model_sha = _stage(client, args.model, model_kind)
     inputs_url, inputs_sha = _stage(client, args.inputs, "inputs")
     options = _options(args)
     if model_sha:

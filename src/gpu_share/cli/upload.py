@@ -16,9 +16,10 @@ def register(sub: Any) -> None:
         "upload",
         upload,
         help="upload a file as an artifact and print its URL for model_url / inputs_url",
-        description="Upload a file (streamed, SHA-256 checked by the server). An identical "
-        "live artifact of yours is reused instead of uploading again. Artifacts expire "
-        "after 24 h by default.",
+        description="Upload a file (streamed, SHA-256 checked by the server, which refuses "
+        "a file that is not what its kind says: an ONNX model, an NPZ of inputs, a CatBoost "
+        "train config). An identical live artifact of yours is reused instead of uploading "
+        "again. Artifacts expire after 24 h by default.",
     )
     parser.add_argument("path", help="the file to upload")
     parser.add_argument(
@@ -30,12 +31,20 @@ def register(sub: Any) -> None:
 
 
 def describe(artifact: "Artifact") -> str:
-    return (
-        f"{artifact.id}  {artifact.kind.value}  {artifact.size} bytes  "
-        f"sha256 {artifact.sha256}\n"
-        f"url:     {artifact.url}\n"
-        f"expires: {artifact.expires_at.isoformat()}"
-    )
+    lines = [
+        f"{artifact.id}  {artifact.kind.value}  {artifact.size} bytes  sha256 {artifact.sha256}",
+        f"url:     {artifact.url}",
+        f"expires: {artifact.expires_at.isoformat()}",
+    ]
+    if artifact.signature is not None:  # a model: what an invoke feeds it and gets back
+        more = ", …" if artifact.signature.truncated else ""
+        for side, values in (
+            ("inputs: ", artifact.signature.inputs),
+            ("outputs:", artifact.signature.outputs),
+        ):
+            listed = ", ".join(value.describe() for value in values) or "none"
+            lines.append(f"{side} {listed}{more}")
+    return "\n".join(lines)
 
 
 def upload(args: argparse.Namespace, client: "Client", out: Output) -> int:

@@ -2,6 +2,8 @@
 
 from enum import StrEnum
 
+from gpu_share.protocol.artifacts import ArtifactKind
+
 
 class RuntimeName(StrEnum):
     ONNX_CUDA = "onnx_cuda"
@@ -12,6 +14,11 @@ class RuntimeName(StrEnum):
     @property
     def kind(self) -> str:
         return "train" if self.value.startswith("catboost") else "inference"
+
+    @property
+    def model_kind(self) -> ArtifactKind:
+        """What `model_url` points to: an ONNX model, or a CatBoost training's train config."""
+        return ArtifactKind.CONFIG if self.kind == "train" else ArtifactKind.MODEL
 
     @property
     def device(self) -> str:

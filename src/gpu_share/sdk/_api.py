@@ -458,12 +458,21 @@ def outputs(c: ClientConfig, invoke: Invoke) -> Flow[InvokeOutputs]:
     return InvokeOutputs(invoke, raw)
 
 
+def model_kind(runtime: RuntimeName | str) -> ArtifactKind:
+    """The kind a job's model is uploaded as: a CatBoost training's is its train config."""
+    try:
+        return RuntimeName(runtime).model_kind
+    except ValueError:
+        return ArtifactKind.MODEL  # the server names the unknown runtime
+
+
 def stage(
     c: ClientConfig, source: ArraysOrFile, kind: ArtifactKind
 ) -> Flow[tuple[str, str | None]]:
-    """A URL and its SHA-256 for a model or inputs given as a URL, file, bytes or arrays."""
+    """A URL and its SHA-256 for a model (or train config) or inputs given as a URL, file,
+    bytes or arrays."""
     if source is None or (isinstance(source, str) and not source):
-        if kind is ArtifactKind.MODEL:
+        if kind is not ArtifactKind.INPUTS:
             raise api_error(None, ErrorCode.VALIDATION_ERROR, "model: a model is required")
         return "", None
     if _sources.is_url(source):
@@ -491,7 +500,7 @@ def invoke_and_wait(
     # The outputs come back as arrays: without numpy, say so before uploading anything.
     yield Offload(lambda: _npz.require_numpy(RETURNS_ARRAYS, instead=WITHOUT_NUMPY))
     options = InvokeOptions(**(options or {}))
-    model_url, model_sha = yield from stage(c, model, ArtifactKind.MODEL)
+    model_url, model_sha = yield from stage(c, model, model_kind(runtime))
     inputs_url, inputs_sha = yield from stage(c, inputs, ArtifactKind.INPUTS)
     if model_sha and "model_checksum_sha256" not in options:
         options["model_checksum_sha256"] = model_sha

@@ -1,7 +1,50 @@
 """Small ONNX models built in code for tests (nothing is downloaded)."""
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+
+def identity_model(name: str = "x", shape: tuple[int | str | None, ...] = ("batch", 4)) -> bytes:
+    """y = x, float32: the smallest model an upload accepts, about 100 bytes."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [name], ["y"])],
+        "identity",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def unloadable_model() -> bytes:
+    """A model an upload accepts (it parses, names its inputs and outputs) that onnxruntime
+    refuses to load: its node reads a value nothing in the graph defines."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "undefined"], ["y"])],
+        "unloadable",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def padded_model(size: int) -> bytes:
+    """The identity model grown to exactly `size` bytes by a weight it never uses: a valid
+    model as large as a test needs its upload to be."""
+    model = onnx.load_from_string(identity_model())
+    model.graph.initializer.append(helper.make_tensor("pad", TensorProto.UINT8, [0], b"", raw=True))
+    pad = model.graph.initializer[-1]
+    while (missing := size - model.ByteSize()) != 0:  # a longer length may take a byte more
+        if missing < 0 and not pad.raw_data:
+            raise ValueError(f"the smallest padded model is {model.ByteSize()} bytes")
+        length = max(0, len(pad.raw_data) + missing)
+        pad.raw_data = bytes(length)
+        pad.dims[:] = [length]
+    return bytes(model.SerializeToString())
 
 
 def slow_model(iterations: int) -> bytes:

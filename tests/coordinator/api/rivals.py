@@ -32,6 +32,7 @@ from gpu_share.testing.factories import (
     create_provider,
     create_tenant,
 )
+from gpu_share.testing.models import identity_model
 from gpu_share.testing.simulated_agent import H100, SimulatedAgent, inventory
 from gpu_share.testing.verification import mark_verified
 
@@ -156,9 +157,11 @@ async def side(app: FastAPI, client: httpx.AsyncClient, name: str, *, rich: bool
     )
     assert topped.status_code in (200, 201), topped.text
 
-    artifact = await _upload(client, me, f"the model of {name}, confidential".encode())
+    secret_input = f"confidential_input_of_{name.lower()}"  # shown with the artifact
+    artifact = await _upload(client, me, identity_model(secret_input))
     me.own("artifact_id", artifact["id"], Role.TENANT, Role.PROVIDER)
     me.hide(artifact["sha256"], Role.TENANT, Role.PROVIDER)
+    me.hide(secret_input, Role.TENANT, Role.PROVIDER)
     finished = await _invoke(client, me)
     (job,) = await node.lease(start=True)
     clock = app.state.replica.clock

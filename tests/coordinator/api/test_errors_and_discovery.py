@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from gpu_share.coordinator.core.db import Database
 from gpu_share.testing.factories import TenantHandle
+from gpu_share.testing.models import identity_model
 
 
 async def test_unknown_route_is_404_in_the_error_shape(client: httpx.AsyncClient) -> None:
@@ -151,7 +152,10 @@ async def test_upload_operation_documents_a_binary_body(client: httpx.AsyncClien
 async def test_another_tenants_listing_is_empty(
     client: httpx.AsyncClient, tenant: TenantHandle, other_tenant: TenantHandle
 ) -> None:
-    await client.post("/v1/artifacts?kind=model", content=b"abc", headers=tenant.headers)
+    mine = await client.post(
+        "/v1/artifacts?kind=model", content=identity_model(), headers=tenant.headers
+    )
+    assert mine.status_code == 201
     listed = await client.get("/v1/artifacts", headers=other_tenant.headers)
     assert listed.json() == {"items": [], "next_cursor": None}
 

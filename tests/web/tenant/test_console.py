@@ -290,6 +290,36 @@ async def test_an_upload_over_the_quota_says_why_and_a_delete_makes_room(
     await upload(page, DIGITS_INPUTS, "inputs")  # room again
 
 
+async def test_a_file_that_is_not_what_its_kind_promises_is_an_error_and_a_model_shows_its_io(
+    live: Live, browsing: Browsing, tmp_path: Path
+) -> None:
+    """The inputs NPZ sent as a model: the form says why in red, nothing is kept. The
+    model itself then lists what it takes and returns on its row."""
+    page = browsing.page
+    await sign_in(page, live.base_url, key_of(live.tenant_headers))
+    await page.goto(f"{live.base_url}/console/artifacts")
+    await page.get_by_label("File", exact=True).set_input_files(DIGITS_INPUTS)
+    await page.get_by_label("Kind", exact=True).select_option("model")
+    await page.get_by_role("button", name="Upload", exact=True).click()
+    note = page.locator("[data-upload-status]")
+    await expect(note).to_contain_text(
+        "the file is not an ONNX model: it is a zip archive, such as an NPZ of inputs "
+        "(upload those with kind=inputs)"
+    )
+    await expect(note).to_have_class(re.compile(r"\berror\b"))
+    await shoot(page, tmp_path, "artifacts-wrong-kind")
+    await page.reload()
+    assert await page.get_by_text("No artifacts yet: upload a model below").is_visible()
+    assert not await page.get_by_text("is uploaded as").count()
+
+    await upload(page, DIGITS_MODEL, "model")
+    row = page.locator("main table tbody tr")
+    await expect(row).to_have_count(1)
+    await expect(row).to_contain_text("Inputs: input: float32[?,64]")
+    await expect(row).to_contain_text("Outputs: label: int64[?], probabilities: float32[?,10]")
+    await shoot(page, tmp_path, "artifacts-model-signature")
+
+
 async def test_an_invoke_page_previews_no_outputs_that_would_inflate_past_its_limit(
     live: Live,
 ) -> None:

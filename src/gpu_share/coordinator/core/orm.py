@@ -127,6 +127,8 @@ class ArtifactRow(Base):
     blob_id: Mapped[str | None] = mapped_column(ForeignKey("blobs.id"), index=True)
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime] = mapped_column(index=True)
+    # A model's inputs and outputs (`ModelSignature`), read at upload; None for other kinds.
+    signature: Mapped[dict[str, Any] | None]
 
 
 class ServerSecretRow(Base):

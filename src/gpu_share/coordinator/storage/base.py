@@ -7,11 +7,16 @@ only on `commit`, so a failed upload leaves nothing behind.
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 
 class UploadSink(Protocol):
     def write(self, data: bytes) -> None: ...
+
+    def read_back(self) -> BinaryIO:
+        """What was written so far, readable and seekable, before it is committed: an
+        upload is checked against its kind from here (a remote store spools to a local
+        file for this). The caller closes it."""
 
     def abort(self) -> None:
         """Discard what was written; safe to call more than once."""

@@ -20,6 +20,11 @@ class _FileSink:
         assert self._file is not None, "write after commit or abort"
         self._file.write(data)
 
+    def read_back(self) -> BinaryIO:
+        assert self._file is not None, "read back after commit or abort"
+        self._file.flush()
+        return self.path.open("rb")
+
     def close(self) -> None:
         if self._file is not None:
             self._file.flush()

@@ -2,11 +2,13 @@
 
 import asyncio
 import hashlib
+import io
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import FastAPI
 
@@ -14,9 +16,20 @@ from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.loops import artifact_sweep
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import TenantHandle
+from gpu_share.testing.models import identity_model
 from gpu_share.testing.servers import serve
 
-PAYLOAD = b"\x93NUMPY" + bytes(range(256)) * 40
+
+def inputs(length: int, fill: int = 0) -> bytes:
+    """A real inputs NPZ (an upload is checked for what its kind promises), about
+    `length` + 250 bytes."""
+    buffer = io.BytesIO()
+    np.savez(buffer, x=np.full(length, fill, dtype=np.uint8))
+    return buffer.getvalue()
+
+
+PAYLOAD = inputs(10240, 7)
+MODEL = identity_model()
 
 
 def sha(data: bytes) -> str:
@@ -67,8 +80,8 @@ async def test_upload_accepts_uppercase_checksum_and_any_content_type(
 ) -> None:
     response = await client.post(
         "/v1/artifacts",
-        params={"kind": "model", "content_sha256": sha(PAYLOAD).upper()},
-        content=PAYLOAD,
+        params={"kind": "model", "content_sha256": sha(MODEL).upper()},
+        content=MODEL,
         headers={**tenant.headers, "Content-Type": "application/x-www-form-urlencoded"},
     )
     assert response.status_code == 201
@@ -117,13 +130,13 @@ async def test_enforce_mode_requires_content_sha256(
 async def test_body_over_the_kinds_limit_is_413_and_stores_nothing(
     client: httpx.AsyncClient, tenant: TenantHandle, settings: Settings
 ) -> None:
-    settings.max_model_bytes = 1000
+    settings.max_model_bytes = len(MODEL)
 
     async def chunked() -> AsyncIterator[
         bytes
     ]:  # no Content-Length: the limit is found while streaming
         for _ in range(10):
-            yield b"x" * 512
+            yield MODEL
 
     response = await client.post(
         "/v1/artifacts", params={"kind": "model"}, content=chunked(), headers=tenant.headers
@@ -131,7 +144,7 @@ async def test_body_over_the_kinds_limit_is_413_and_stores_nothing(
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
     assert stored_files(settings) == []
-    assert (await upload(client, tenant, b"x" * 1000, kind="model")).status_code == 201
+    assert (await upload(client, tenant, MODEL, kind="model")).status_code == 201
 
 
 async def test_declared_oversize_body_is_refused_before_it_is_sent(
@@ -159,25 +172,26 @@ async def test_declared_oversize_body_is_refused_before_it_is_sent(
 async def test_quota_exceeded_is_413_quota_exceeded(
     client: httpx.AsyncClient, tenant: TenantHandle, settings: Settings
 ) -> None:
-    settings.tenant_quota_bytes = 3000
-    assert (await upload(client, tenant, b"a" * 2000)).status_code == 201
-    response = await upload(client, tenant, b"b" * 1500)
+    first, second, third = inputs(1750, 1), inputs(1250, 2), inputs(750, 3)
+    quota = settings.tenant_quota_bytes = len(first) + len(second) - 1
+    assert (await upload(client, tenant, first)).status_code == 201
+    response = await upload(client, tenant, second)
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "QUOTA_EXCEEDED"
-    assert response.json()["error"]["details"] == {"quota_bytes": 3000, "used_bytes": 2000}
-    assert (await upload(client, tenant, b"c" * 1000)).status_code == 201
+    assert response.json()["error"]["details"] == {"quota_bytes": quota, "used_bytes": len(first)}
+    assert (await upload(client, tenant, third)).status_code == 201
 
 
 async def test_concurrent_uploads_cannot_exceed_the_quota_together(
     client: httpx.AsyncClient, tenant: TenantHandle, settings: Settings
 ) -> None:
-    settings.tenant_quota_bytes = 5000
-    bodies = [bytes([i]) * 2000 for i in range(4)]
+    bodies = [inputs(2000, i) for i in range(4)]
+    settings.tenant_quota_bytes = len(bodies[0]) * 5 // 2
     responses = await asyncio.gather(*(upload(client, tenant, body) for body in bodies))
     statuses = sorted(r.status_code for r in responses)
     assert statuses == [201, 201, 413, 413]
     listed = (await client.get("/v1/artifacts", headers=tenant.headers)).json()["items"]
-    assert sum(a["size"] for a in listed) == 4000
+    assert sum(a["size"] for a in listed) == 2 * len(bodies[0])
     assert len(stored_files(settings)) == 2
 
 
@@ -281,10 +295,11 @@ async def test_expired_artifacts_no_longer_count_against_the_quota(
 ) -> None:
     settings.tenant_quota_bytes = 2 * len(PAYLOAD)
     await upload(client, tenant)
-    await upload(client, tenant, PAYLOAD[::-1])
-    assert (await upload(client, tenant, b"more")).status_code == 413
+    await upload(client, tenant, inputs(10240, 8))  # as large, other bytes
+    more = inputs(4)
+    assert (await upload(client, tenant, more)).status_code == 413
     clock.advance(settings.artifact_ttl_sec + 1)
-    assert (await upload(client, tenant, b"more")).status_code == 201
+    assert (await upload(client, tenant, more)).status_code == 201
 
 
 async def test_sweep_keeps_bytes_another_live_artifact_shares(
@@ -307,7 +322,7 @@ async def test_sweep_keeps_bytes_another_live_artifact_shares(
 async def test_listing_pages_and_filters_by_hash(
     client: httpx.AsyncClient, tenant: TenantHandle
 ) -> None:
-    ids = [(await upload(client, tenant, bytes([i]) * 10)).json()["id"] for i in range(5)]
+    ids = [(await upload(client, tenant, inputs(10, i))).json()["id"] for i in range(5)]
     first = (await client.get("/v1/artifacts", params={"limit": 2}, headers=tenant.headers)).json()
     assert [a["id"] for a in first["items"]] == ids[::-1][:2]
     second = (
@@ -320,15 +335,17 @@ async def test_listing_pages_and_filters_by_hash(
     assert [a["id"] for a in second["items"]] == ids[::-1][2:4]
     by_hash = (
         await client.get(
-            "/v1/artifacts", params={"sha256": sha(bytes([3]) * 10)}, headers=tenant.headers
+            "/v1/artifacts", params={"sha256": sha(inputs(10, 3))}, headers=tenant.headers
         )
     ).json()
     assert [a["id"] for a in by_hash["items"]] == [ids[3]]
 
 
-async def test_empty_body_is_a_valid_artifact(
-    client: httpx.AsyncClient, tenant: TenantHandle
+@pytest.mark.parametrize("kind", ["model", "inputs", "config"])
+async def test_an_empty_body_is_no_artifact_of_any_kind(
+    client: httpx.AsyncClient, tenant: TenantHandle, settings: Settings, kind: str
 ) -> None:
-    response = await upload(client, tenant, b"", content_sha256=sha(b""))
-    assert response.status_code == 201
-    assert (await client.get(response.json()["url"], headers=tenant.headers)).content == b""
+    response = await upload(client, tenant, b"", kind=kind, content_sha256=sha(b""))
+    assert response.status_code == 422
+    assert "it is empty" in response.json()["error"]["message"]
+    assert stored_files(settings) == []

@@ -12,6 +12,7 @@ from gpu_share.protocol.nodes import SandboxKind
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import HELLO_WORLD, TenantHandle
+from gpu_share.testing.models import identity_model
 from gpu_share.testing.simulated_agent import H100, AgentFactory, done_report, inventory
 
 CPU_HELLO = {**HELLO_WORLD, "runtime": "onnx_cpu"}
@@ -31,7 +32,8 @@ async def test_seed_hello_world_without_a_gpu_node_is_503_no_capacity(
     assert response.status_code == 503
     error = response.json()["error"]
     assert error["code"] == "NO_CAPACITY"
-    assert "onnx_cuda" in error["message"] and "wait for a provider" in error["message"]
+    assert "the one machine online does not run onnx_cuda" in error["message"]
+    assert "Try onnx_cpu, which runs on CPUs, or try again later." in error["message"]
 
 
 async def test_seed_hello_world_verbatim_is_queued_on_a_gpu_node(
@@ -176,8 +178,8 @@ async def test_platform_artifact_urls_are_checked_at_submission(
     settings: Settings,
 ) -> None:
     await sim_agent()
-    mine = await upload(client, tenant, b"model bytes")
-    theirs = await upload(client, other_tenant, b"their model")
+    mine = await upload(client, tenant, identity_model("mine"))
+    theirs = await upload(client, other_tenant, identity_model("theirs"))
 
     not_yours = await invoke(client, tenant, {**CPU_HELLO, "model_url": theirs["url"]})
     assert not_yours.status_code == 404
@@ -192,7 +194,7 @@ async def test_platform_artifact_urls_are_checked_at_submission(
         {
             **CPU_HELLO,
             "model_url": mine["url"],
-            "model_checksum_sha256": hashlib.sha256(b"model bytes").hexdigest(),
+            "model_checksum_sha256": hashlib.sha256(identity_model("mine")).hexdigest(),
         },
     )
     assert good.status_code == 202

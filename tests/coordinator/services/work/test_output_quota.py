@@ -2,9 +2,11 @@
 like uploads do; the tenant makes room by deleting old artifacts."""
 
 import hashlib
+import io
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from gpu_share.agent.client import CoordinatorError
@@ -29,8 +31,13 @@ def blob(tmp_path: Path, size: int) -> tuple[Path, str]:
 async def test_outputs_over_the_quota_are_refused_until_the_tenant_deletes_some(
     client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory, tmp_path: Path
 ) -> None:
+    inputs = io.BytesIO()
+    np.savez(inputs, x=np.zeros(7_700, dtype=np.uint8))  # 8 KB of the 10 KB quota
     old = await client.post(
-        "/v1/artifacts", params={"kind": "inputs"}, content=b"i" * 8_000, headers=tenant.headers
+        "/v1/artifacts",
+        params={"kind": "inputs"},
+        content=inputs.getvalue(),
+        headers=tenant.headers,
     )
     assert old.status_code == 201
     agent = await sim_agent()

@@ -9,6 +9,7 @@ from fastapi.responses import Response
 
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.testing.factories import TenantHandle
+from gpu_share.testing.models import identity_model
 from gpu_share.testing.servers import serve
 
 
@@ -83,14 +84,15 @@ async def test_an_allowed_server_is_reachable_with_its_size(
 async def test_own_artifact_urls_probe_as_reachable_for_the_owner_only(
     client: httpx.AsyncClient, tenant: TenantHandle, other_tenant: TenantHandle
 ) -> None:
+    model = identity_model()
     uploaded = await client.post(
-        "/v1/artifacts", params={"kind": "model"}, content=b"abc", headers=tenant.headers
+        "/v1/artifacts", params={"kind": "model"}, content=model, headers=tenant.headers
     )
     url = uploaded.json()["url"]
     mine = (
         await client.post("/v1/gpu/probe-url", json={"url": url}, headers=tenant.headers)
     ).json()
-    assert (mine["reachable"], mine["content_length"]) == (True, 3)
+    assert (mine["reachable"], mine["content_length"]) == (True, len(model))
     theirs = (
         await client.post("/v1/gpu/probe-url", json={"url": url}, headers=other_tenant.headers)
     ).json()

@@ -35,7 +35,13 @@ async def upload_artifact(
     request: Request,
     tenant: TenantPrincipal,
     replica: ReplicaDep,
-    kind: Annotated[UploadKind, Query(description="What the file is: model, inputs or config")],
+    kind: Annotated[
+        UploadKind,
+        Query(
+            description="What the file is: model (an ONNX file), inputs (an NPZ archive) or "
+            "config (a CatBoost train config, JSON)"
+        ),
+    ],
     content_sha256: Annotated[
         Sha256Hex | None,
         Query(
@@ -43,7 +49,14 @@ async def upload_artifact(
         ),
     ] = None,
 ) -> Artifact:
-    """Upload a model, inputs or config; use the returned `url` as `model_url` or `inputs_url`."""
+    """Upload a model, inputs or config; use the returned `url` as `model_url` or `inputs_url`.
+
+    The file is checked for what its kind promises before anything is kept: a model must
+    be an ONNX model (its inputs and outputs come back as `signature`), inputs an NPZ
+    archive numpy can read, a config a CatBoost train config. Otherwise `422
+    VALIDATION_ERROR` says what is wrong and what to send; nothing is stored and no quota
+    is used.
+    """
     upload = artifacts.UploadRequest(
         tenant_id=tenant.tenant_id,
         kind=ArtifactKind(kind.value),

@@ -2,11 +2,13 @@
 
 Bytes are stored once per distinct SHA-256 (a blob) and shared by every artifact
 with that content, whoever owns it. The order of an upload is: stream into a
-temporary object while hashing → check size, checksum → publish the object under a
-fresh key (outside any transaction) → one write transaction that re-checks the
-quota under the tenant's row lock and records the artifact → delete what turned out
-not to be needed. Any failure on the way deletes the temporary or fresh object, so
-nothing is stored and the quota is unchanged.
+temporary object while hashing → check size, checksum, then the content against what
+its kind promises (`upload_checks`, read back from the temporary object, whether or not
+a blob already holds these bytes) → publish the object under a fresh key (outside any
+transaction) → one write transaction that re-checks the quota under the tenant's row
+lock and records the artifact → delete what turned out not to be needed. Any failure on
+the way deletes the temporary or fresh object, so nothing is stored and the quota is
+unchanged.
 """
 
 import asyncio
@@ -32,8 +34,9 @@ from gpu_share.coordinator.core.errors import (
 from gpu_share.coordinator.core.ids import checked_cursor, new_id
 from gpu_share.coordinator.core.orm import ArtifactRow, BlobRow, TenantRow
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
+from gpu_share.coordinator.services.artifacts import upload_checks
 from gpu_share.coordinator.storage import ArtifactStore, UploadSink
-from gpu_share.protocol.artifacts import Artifact, ArtifactKind
+from gpu_share.protocol.artifacts import Artifact, ArtifactKind, ModelSignature
 from gpu_share.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,7 @@ def to_wire(row: ArtifactRow, base_url: str) -> Artifact:
         sha256=row.sha256,
         created_at=row.created_at,
         expires_at=row.expires_at,
+        signature=ModelSignature.model_validate(row.signature) if row.signature else None,
     )
 
 
@@ -85,9 +89,23 @@ def _quota_error(quota: int, used: int, size: int | None) -> PayloadTooLarge:
     )
 
 
+def upload_limit(settings: Settings, kind: ArtifactKind) -> int:
+    """The most bytes an artifact of `kind` may have: the configured limit, and for a
+    config no more than a train config is read whole to be checked (`upload_checks`)."""
+    limit = settings.max_upload_bytes(kind.value)
+    if kind is ArtifactKind.CONFIG:
+        return min(limit, upload_checks.CONFIG_MAX_BYTES)
+    return limit
+
+
 def _size_error(kind: ArtifactKind, limit: int) -> PayloadTooLarge:
+    hint = (
+        "; a CatBoost train config holds parameters, the data goes in the inputs NPZ (kind=inputs)"
+        if kind is ArtifactKind.CONFIG
+        else ""
+    )
     return PayloadTooLarge(
-        f"a {kind.value} artifact may be at most {limit} bytes",
+        f"a {kind.value} artifact may be at most {limit} bytes{hint}",
         details={"limit_bytes": limit, "kind": kind.value},
     )
 
@@ -136,7 +154,7 @@ async def upload(
             "required while the server enforces checksums (CHECKSUM_MODE=enforce); "
             "pass the SHA-256 of the body as ?content_sha256=HEX",
         )
-    limit = settings.max_upload_bytes(request.kind.value)
+    limit = upload_limit(settings, request.kind)
     quota = settings.tenant_quota_bytes  # uploads, job outputs and checkpoints alike
     if request.declared_length is not None and request.declared_length > limit:
         raise _size_error(request.kind, limit)
@@ -160,8 +178,17 @@ async def upload(
                 code=ErrorCode.CHECKSUM_MISMATCH,
                 details={"expected": request.content_sha256, "actual": digest},
             )
+        signature = await _checked(sink, request.kind, size)
         row = await _record(
-            db, store, sink, request, digest=digest, size=size, now=now, settings=settings
+            db,
+            store,
+            sink,
+            request,
+            digest=digest,
+            size=size,
+            now=now,
+            settings=settings,
+            signature=signature,
         )
     except BaseException:
         await writer.drain_quietly()
@@ -203,6 +230,18 @@ async def _receive(
     return size
 
 
+async def _checked(sink: UploadSink, kind: ArtifactKind, size: int) -> ModelSignature | None:
+    """The upload judged against its kind (`upload_checks`), off the event loop."""
+    if kind not in upload_checks.CHECKED_KINDS:
+        return None
+
+    def check() -> ModelSignature | None:
+        with sink.read_back() as file:
+            return upload_checks.check(kind, file, size)
+
+    return await asyncio.to_thread(check)
+
+
 async def _record(
     db: Database,
     store: ArtifactStore,
@@ -213,6 +252,7 @@ async def _record(
     size: int,
     now: datetime,
     settings: Settings,
+    signature: ModelSignature | None,
 ) -> ArtifactRow:
     """Write the artifact row, publishing the bytes first unless a blob already has them.
 
@@ -240,6 +280,7 @@ async def _record(
                         now=now,
                         settings=settings,
                         published=published,
+                        signature=signature,
                     )
                 used_ours = ours  # only once the transaction has committed
             except IntegrityError:
@@ -269,6 +310,7 @@ async def _insert_artifact(
     now: datetime,
     settings: Settings,
     published: tuple[str, str] | None,
+    signature: ModelSignature | None,
 ) -> tuple[ArtifactRow | None, bool]:
     # The tenant's row lock serializes the quota check of concurrent uploads.
     await session.execute(
@@ -297,6 +339,7 @@ async def _insert_artifact(
         blob_id=blob.id,
         created_at=now,
         expires_at=now + timedelta(seconds=settings.artifact_ttl_sec),
+        signature=signature.model_dump(mode="json") if signature else None,
     )
     session.add(row)
     await session.flush()

@@ -141,7 +141,9 @@ async def artifacts_page(signed: SignedTenant, cursor: str = "") -> Response:
         used=used,
         quota=settings.tenant_quota_bytes,
         used_pct=min(100.0, 100.0 * used / settings.tenant_quota_bytes),
-        limits={k.value: settings.max_upload_bytes(k.value) for k in UploadKind},
+        limits={
+            k.value: artifacts.upload_limit(settings, ArtifactKind(k.value)) for k in UploadKind
+        },
         until=_until,
         api_url=base_url(replica, browser.request),
     )
