@@ -93,3 +93,9 @@ class ProviderReliability(BaseModel):
 
     provider: Reliability | None = Field(description="Null while the provider has no node")
     nodes: list[NodeReliability]
+
+
+def percent_text(fraction: float) -> str:
+    """A score as people read it, for pages and error messages (the wire keeps the
+    fraction): 0.9333 → "93.3 %", 0.9 → "90 %"."""
+    return f"{fraction * 100:.1f}".removesuffix(".0") + " %"

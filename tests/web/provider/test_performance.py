@@ -63,7 +63,7 @@ async def test_a_new_provider_sees_an_honest_empty_performance_tab(live: Live) -
         page = await http.get("/provider/performance")
     assert page.status_code == 200
     assert "No reliability score yet" in page.text
-    assert "starts at 0.90" in page.text
+    assert "starts at 90 %" in page.text
     assert "will appear here" not in page.text  # the placeholder tab is gone
 
 
@@ -101,8 +101,47 @@ async def test_the_performance_tab_shows_each_machine_its_components_and_their_h
     charts = re.findall(r"data-values='(\[[^']*\])'", text)
     assert charts and max(len(c.split(",")) for c in charts) >= 10  # a point per day and now
     assert "No reliability score yet" not in text
+    # with a record, scores are percentages: no decimals, no "new" placeholders
+    assert re.search(r"All your machines: \d{2,3}(\.\d)? %</h2>", text), text
+    assert re.search(r"steady-box: \d{2,3}(\.\d)? %</h2>", text)
+    assert re.search(r"flaky-box: \d{2,3}(\.\d)? %</h2>", text)
+    assert "New — no history yet" not in text
+    assert text.count('<div class="value">no history yet</div>') == 1  # flaky-box: no benchmark
+    assert not re.search(r'<div class="value">0\.\d+</div>', text)
     for agent in (steady, flaky):
         await agent.aclose()
+
+
+async def test_a_new_machine_shows_no_history_instead_of_made_up_figures(
+    live: Live, database: Database
+) -> None:
+    """Half an hour old, online all along, its first benchmark run done: nothing yet says
+    how reliable it is, so no score, component or drop is shown as a number."""
+    claimed = await approved_provider(live.http, APPLICATION)
+    key, token = claimed["api_key"], claimed["enrollment_token"]
+    fresh = await machine(live, token, "fresh-box")
+    now = datetime.now(UTC)
+    since = now - timedelta(minutes=30)
+    await set_node(database, fresh.node_id, registered_at=since)
+    await add_presence(database, fresh.node_id, buckets(since, now + timedelta(minutes=10)))
+    await add_run(database, fresh.node_id, since + timedelta(minutes=2), run_scores(node=0.8))
+
+    async with signed_in_client(live.base_url, key) as http:
+        text = (await http.get("/provider/performance")).text
+    assert "fresh-box: New — no history yet (starts at 90 %)</h2>" in text
+    assert "All your machines: New — no history yet (starts at 90 %)</h2>" in text
+    assert text.count('<div class="value">no history yet</div>') == 6  # 3 parts, twice
+    assert "is the baseline; later runs are measured against it" in text
+    assert "latest 0" not in text and "worst 0" not in text  # no drop against itself
+    assert "0.900" not in text and "0.933" not in text and "93.3 %" not in text
+
+    await add_run(database, fresh.node_id, now - timedelta(minutes=1), run_scores(node=0.4))
+    async with signed_in_client(live.base_url, key) as http:
+        text = (await http.get("/provider/performance")).text
+    assert "no history yet (starts" not in text  # a run measured against the first
+    assert re.search(r"fresh-box: \d{2}(\.\d)? %</h2>", text), text
+    assert "2 runs against the first" in text and "latest 47.4 %, worst 47.4 %" in text
+    await fresh.aclose()
 
 
 async def test_a_real_agents_benchmarks_and_score_in_a_browser(
@@ -142,7 +181,8 @@ async def test_a_real_agents_benchmarks_and_score_in_a_browser(
         lambda text: "No reliability score yet" not in text,
         what="the machine's first reliability score",
     )
-    assert "0.9" in main and "Uptime in your windows" in main, main
+    assert "New — no history yet (starts at 90 %)" in main and "Uptime in your windows" in main
+    assert "0.0 %" not in main and "0.9" not in main, main
     assert await page.locator("svg.spark").count() == 0  # minutes old: no line to draw yet
     assert await page.get_by_text("Charts of each score by day appear here").is_visible()
     await screenshot(page, tmp_path, "provider-performance")

@@ -1,15 +1,19 @@
 """The marketplace page of the tenant console, in a real browser."""
 
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.live import Live
 from gpu_share.testing.simulated_agent import H100, SimulatedAgent, inventory
 from gpu_share.testing.verification import mark_verified
 from gpu_share.testing.waiting import eventually
+from tests.coordinator.services.providers.test_reliability import add_presence, buckets, set_node
 from tests.coordinator.services.work.test_gpu_assignment import TWO_PAIRS
 from tests.web.conftest import Browsing, screenshot, sign_in, signed_in_client
 
@@ -48,11 +52,9 @@ async def test_the_marketplace_lists_offers_and_filters_them(
             await page.reload()
             return await table.inner_text()
 
-        await eventually(  # the reliability loop scores the new node: neutral, with its parts
-            reloaded, lambda text: "uptime" in text, what="the node's score shown with its parts"
-        )
-        row = await table.locator("tbody tr").first.inner_text()
-        assert "0.90" in row and "uptime 0.90 · jobs 0.90 · stability 0.90" in row, row
+        row = await reloaded()  # scored at registration: where it starts, no record yet
+        assert "New — no history yet (starts at 90 %)" in row, row
+        assert "0.90" not in row and "uptime" not in row
         await screenshot(page, tmp_path, "tenant-marketplace")
 
         await page.get_by_label("Region").fill("us-east")
@@ -64,9 +66,9 @@ async def test_the_marketplace_lists_offers_and_filters_them(
 
 async def test_bad_filters_say_what_to_fix(live: Live) -> None:
     async with signed_in_client(live.base_url, key_of(live)) as http:
-        page = await http.get("/console/marketplace", params={"min_reliability": "7"})
+        page = await http.get("/console/marketplace", params={"min_reliability": "700"})
         assert page.status_code == 200
-        assert "less than or equal to 1" in page.text, page.text[:3000]
+        assert "give a percentage from 0 to 100" in page.text, page.text[:3000]
 
 
 async def test_nvlink_is_shown_and_filtered_on(live: Live) -> None:
@@ -85,3 +87,57 @@ async def test_nvlink_is_shown_and_filtered_on(live: Live) -> None:
         page = await http.get("/console/marketplace", params={"nvlink": "false"})
         assert linked.node_id not in page.text
     await linked.aclose()
+
+
+async def test_scores_are_percentages_and_a_new_machine_says_it_has_no_history(
+    live: Live, settings: Settings
+) -> None:
+    """On the marketplace and the nodes page: a machine online for ten days shows its
+    score and uptime as percentages (its jobs and benchmarks: no history yet); one that
+    just arrived shows where it starts, not figures nothing is behind."""
+    veteran = SimulatedAgent(live.base_url)
+    await veteran.register(live.enrollment_token)
+    await veteran.client.update_inventory(inventory(hostname="veteran"))
+    newcomer = SimulatedAgent(live.base_url)
+    await newcomer.register(live.enrollment_token)
+    await newcomer.client.update_inventory(inventory(hostname="newcomer", machine="new"))
+    for agent in (veteran, newcomer):
+        await verified(live, agent)
+    now = datetime.now(UTC)
+    database = Database(settings.database_url)
+    await add_presence(database, veteran.node_id, buckets(now - timedelta(days=10), now))
+    await set_node(database, veteran.node_id, registered_at=now - timedelta(days=10))
+    await database.dispose()
+    assert veteran.node_id is not None and newcomer.node_id is not None
+
+    async with (
+        veteran.beating(),
+        newcomer.beating(),
+        signed_in_client(live.base_url, key_of(live)) as http,
+    ):
+
+        async def reliability_cells() -> dict[str, str]:
+            page = (await http.get("/console/marketplace")).text
+            rows = re.findall(r"<tr>\s*(<td><code>(nod_\w+)</code>.*?)</tr>", page, re.S)
+            # Machine, GPUs, Price, Reliability, …
+            return {node: re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)[3] for row, node in rows}
+
+        cells = await eventually(  # the reliability loop reads the ten days
+            reliability_cells,
+            lambda found: "uptime 99." in found.get(str(veteran.node_id), ""),
+            what="the veteran's score with its parts",
+        )
+        old, new = cells[veteran.node_id], cells[newcomer.node_id]
+        assert re.match(r"\d{2,3}(\.\d)? %<br>", old), old
+        assert re.search(r"uptime \d{2,3}(\.\d)? % · jobs no history yet · stability no", old)
+        assert new == "New — no history yet (starts at 90 %)"
+
+        picky = (await http.get("/console/marketplace", params={"min_reliability": "95"})).text
+        assert veteran.node_id in picky and newcomer.node_id not in picky  # 95 %, not 0.95
+
+        nodes = (await http.get("/console/nodes")).text
+        assert "New — no history yet (starts at 90 %)" in nodes
+        assert nodes.count("no history yet") == 1
+        assert not re.search(r"<td>0\.\d+</td>", nodes)
+    for agent in (veteran, newcomer):
+        await agent.aclose()

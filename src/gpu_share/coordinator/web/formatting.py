@@ -1,10 +1,12 @@
-"""How pages show times, sizes, money and statuses: Jinja2 filters, one place."""
+"""How pages show times, sizes, money, scores and statuses: Jinja2 filters, one place."""
 
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from gpu_share.coordinator.services.providers import reliability_formula
 from gpu_share.protocol.money import usdc_text
+from gpu_share.protocol.reliability import Reliability, percent_text
 
 
 def when(moment: datetime | None) -> str:
@@ -45,6 +47,43 @@ def usdc(micro: int | None) -> str:
     return "—" if micro is None else usdc_text(micro) + " USDC"
 
 
+def percent(fraction: float | None) -> str:
+    return "—" if fraction is None else percent_text(fraction)
+
+
+def reliability(published: Reliability | None, score: float | None = None) -> str:
+    """A node's reliability score: a percentage once the node has a record of its own,
+    until then where it starts (its figures would be the start, not evidence). `score`
+    is the bare score where the published one with its evidence is not at hand."""
+    if published is None:
+        return "not yet scored" if score is None else percent(score)
+    if not reliability_formula.history(published).any:
+        return no_history(reliability_formula.start_of(published))
+    return percent(published.score)
+
+
+def no_history(start: float) -> str:
+    return f"New — no history yet (starts at {percent(start)})"
+
+
+def reliability_parts(published: Reliability | None) -> str:
+    """The score's components, each a percentage or "no history yet" ("" for a node
+    without history at all: `reliability` says so)."""
+    if published is None:
+        return ""
+    seen = reliability_formula.history(published)
+    if not seen.any:
+        return ""
+    parts = (
+        ("uptime", published.uptime, seen.uptime),
+        ("jobs", published.completion, seen.completion),
+        ("stability", published.stability, seen.stability),
+    )
+    return " · ".join(
+        f"{name} {percent(value) if known else 'no history yet'}" for name, value, known in parts
+    )
+
+
 def label(value: Any) -> str:
     """An enum or snake_case value as words: info_requested → info requested."""
     return str(getattr(value, "value", value)).replace("_", " ")
@@ -56,5 +95,9 @@ FILTERS: dict[str, Callable[..., str]] = {
     "size": size,
     "megabytes": megabytes,
     "usdc": usdc,
+    "percent": percent,
+    "reliability": reliability,
+    "reliability_parts": reliability_parts,
+    "no_history": no_history,
     "label": label,
 }

@@ -42,20 +42,46 @@ async def invoke(client: httpx.AsyncClient, tenant: TenantHandle, **change: Any)
 
 
 @pytest.mark.parametrize(
-    ("node", "ask", "constraint"),
+    ("node", "ask", "constraint", "why"),
     [
-        ({"region": "eu-west"}, {"region": "us-east"}, "region"),
-        ({}, {"tier": "enterprise"}, "tier"),
-        ({"reliability": None}, {"min_reliability": 0.5}, "min_reliability"),  # never scored
-        ({"reliability": {"score": 0.4}}, {"min_reliability": 0.5}, "min_reliability"),
+        (
+            {"region": "eu-west"},
+            {"region": "us-east"},
+            "region",
+            "none is in region us-east (they are in eu-west)",
+        ),
+        ({}, {"tier": "enterprise"}, "tier", "none is at the enterprise tier"),
+        (  # never scored
+            {"reliability": None},
+            {"min_reliability": 0.5},
+            "min_reliability",
+            "none has a reliability score yet",
+        ),
+        (
+            {"reliability": {"score": 0.4}},
+            {"min_reliability": 0.5},
+            "min_reliability",
+            "the most reliable has 40 %. Ask for 40 % or less",
+        ),
         (
             {"price_per_gpu_hour_micro": 3_000_000},
             {"max_price_per_gpu_hour": "2.5"},
             "max_price_per_gpu_hour",
+            "the cheapest asks 3 USDC per GPU-hour. Pay up to 3 USDC per GPU-hour",
         ),
-        ({"delisted": True}, {}, "listed"),
-        ({"benchmark_state": {"node": {"score": 0.1, "passed": False}}}, {}, "listed"),
-        ({"availability": "closed today"}, {}, "availability window"),
+        ({"delisted": True}, {}, "listed", "every machine with onnx_cpu is delisted right now"),
+        (
+            {"benchmark_state": {"node": {"score": 0.1, "passed": False}}},
+            {},
+            "listed",
+            "after a failed benchmark",
+        ),
+        (
+            {"availability": "closed today"},
+            {},
+            "availability window",
+            "every machine that could is outside its provider's hours right now",
+        ),
     ],
 )
 async def test_no_capacity_names_the_constraint_nothing_met(
@@ -67,6 +93,7 @@ async def test_no_capacity_names_the_constraint_nothing_met(
     node: dict[str, Any],
     ask: dict[str, Any],
     constraint: str,
+    why: str,
 ) -> None:
     if node.get("availability") == "closed today":
         node = {"availability": closed_today(clock)}
@@ -77,7 +104,8 @@ async def test_no_capacity_names_the_constraint_nothing_met(
     error = refused.json()["error"]
     assert error["code"] == "NO_CAPACITY"
     assert error["details"]["constraint"] == constraint
-    assert constraint in error["message"]
+    assert error["message"].startswith("No machine online right now can run onnx_cpu")
+    assert why in error["message"]
 
 
 async def test_outside_its_window_a_node_gets_no_work(

@@ -202,7 +202,7 @@ async def test_bad_requests_are_refused_and_change_nothing(
     await refused(
         422, "VALIDATION_ERROR", "fewer than 3 listed GPUs", node_id=node, gpus=3, hours=1
     )
-    await refused(503, "NO_CAPACITY", "gpus", gpus=3, hours=1)
+    await refused(503, "NO_CAPACITY", "the closest has 2 GPUs. Ask for 2 GPUs", gpus=3, hours=1)
     await refused(402, "INSUFFICIENT_BALANCE", "top up", node_id=node, gpus=2, hours=2)
     await refused(
         404, "NOT_FOUND", "does not exist", node_id="nod_00000000000000000000000000", hours=1

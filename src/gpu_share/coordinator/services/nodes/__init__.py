@@ -2,7 +2,8 @@
 telemetry (`nodes`), which node a machine is by its hardware (`hardware`), heartbeats
 counted per bucket (`presence`), the weekly windows (`schedules`), the provider's rates
 (`prices`), the GPU models the platform knows (`gpu_catalog`), which nodes may run which
-job (`placement`, with the one rule of proven hardware) and how they rank (`ranking`),
+job (`placement`, with the one rule of proven hardware; `shortfall` says in words why none
+can take a request) and how they rank (`ranking`),
 what is shown of a node's proven hardware (`proofs`), and which nodes are trusted to
 re-run other nodes' jobs (`trusted`, with the spot-check record that rule reads).
 
@@ -20,5 +21,6 @@ __all__ = [
     "proofs",
     "ranking",
     "schedules",
+    "shortfall",
     "trusted",
 ]

@@ -229,7 +229,7 @@ def verified_at(node: NodeRow) -> datetime | None:
     return min(times) if times else None
 
 
-def _cuda(version: object) -> tuple[int, int] | None:
+def cuda_of(version: object) -> tuple[int, int] | None:
     try:
         major, _, minor = str(version).partition(".")
         return int(major), int(minor or 0)
@@ -252,7 +252,7 @@ def _gpu_fits(node: NodeRow, gpu: dict[str, Any], req: Requirements) -> bool:
     if req.min_vram_mb and int(gpu.get("vram_mb", 0)) < req.min_vram_mb:
         return False
     wanted = req.runtime.min_cuda
-    cuda = _cuda(gpu.get("cuda_version"))
+    cuda = cuda_of(gpu.get("cuda_version"))
     if wanted is not None and (cuda is None or cuda < wanted):
         return False
     return listed_gpu(node, gpu)

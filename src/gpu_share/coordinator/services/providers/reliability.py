@@ -57,6 +57,7 @@ from gpu_share.coordinator.services.providers.reliability_formula import (
     point,
     score,
     series,
+    start_of,
     starting_score,
     step_start,
 )
@@ -113,16 +114,10 @@ async def node_facts(session: AsyncSession, *where: ColumnElement[bool]) -> list
             r.hostname,
             r.registered_at,
             parse_availability(r.availability),
-            _start_of(stored_reliability(r.reliability)),
+            start_of(stored_reliability(r.reliability)),
         )
         for r in rows
     ]
-
-
-def _start_of(published: Reliability | None) -> float:
-    """A node's start is kept with its published score (set at registration, carried by
-    every later one); a node scored before starts were kept started at `NEUTRAL`."""
-    return NEUTRAL if published is None or published.start is None else published.start
 
 
 def starting_reliability(provider: ProviderRow, registered_at: datetime) -> dict[str, Any]:

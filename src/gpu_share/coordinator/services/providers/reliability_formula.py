@@ -404,3 +404,54 @@ def point(reliability: Reliability, at: datetime) -> ReliabilityPoint:
         completion=reliability.completion,
         stability=reliability.stability,
     )
+
+
+@dataclass(frozen=True)
+class History:
+    """Which components of a node's score rest on its own record. One without is its
+    start moved only by the ageing probation (or, for stability, by the first benchmark
+    run, which is the baseline and measured against nothing): a figure with nothing
+    behind it, which pages show as "no history yet" rather than as a number."""
+
+    uptime: bool
+    completion: bool
+    stability: bool
+
+    @property
+    def any(self) -> bool:
+        return self.uptime or self.completion or self.stability
+
+    @classmethod
+    def of_nodes(cls, nodes: Iterable["History"]) -> "History":
+        """A provider's: a component has history when one of its nodes' has."""
+        found = list(nodes)
+        return cls(
+            uptime=any(h.uptime for h in found),
+            completion=any(h.completion for h in found),
+            stability=any(h.stability for h in found),
+        )
+
+
+def history(reliability: Reliability) -> History:
+    """Which components of a node's published score have evidence: uptime an hour of
+    window time (evidence is dated by the hour) or any of it offline (which lowers the
+    score at once), completion one job, stability one run measured against an earlier
+    first run. Not for a provider's combined score, whose evidence is summed over its
+    nodes: ask of each node."""
+    up = reliability.uptime_evidence
+    s = reliability.stability_evidence
+    baseline = s.baseline_at is not None and _counted(s.baseline_at, reliability.computed_at)
+    compared = s.runs_counted - int(baseline)  # the first run, when counted, is no comparison
+    return History(
+        uptime=up.hours_in_windows >= STEP_SEC / 3600 or up.hours_online < up.hours_in_windows,
+        completion=reliability.completion_evidence.jobs_counted > 0,
+        stability=compared > 0,
+    )
+
+
+def start_of(reliability: Reliability | None) -> float:
+    """The score a node started from, kept with its published score (set at registration,
+    carried by every later one); a node scored before starts were kept started at `NEUTRAL`."""
+    if reliability is None or reliability.start is None:
+        return NEUTRAL
+    return reliability.start

@@ -16,7 +16,7 @@ one node held for one tenant for a period of whole hours. This module books them
   loop has flipped `status` yet.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import or_, select
@@ -36,7 +36,7 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES, LIVE
 from gpu_share.coordinator.services.money import billing, ledger
 from gpu_share.coordinator.services.money.ledger import TransactionKind
-from gpu_share.coordinator.services.nodes import nodes, prices, ranking, schedules
+from gpu_share.coordinator.services.nodes import nodes, prices, ranking, schedules, shortfall
 from gpu_share.coordinator.services.nodes.placement import (
     CONSTRAINTS,
     Requirements,
@@ -57,6 +57,7 @@ from gpu_share.protocol.reservations import (
     ReservationRequest,
     ReservationStatus,
 )
+from gpu_share.protocol.runtimes import RuntimeName
 
 HOUR = reservation_downtime.HOUR  # one owner of the period's unit
 
@@ -141,24 +142,27 @@ def period_of(body: ReservationRequest, now: datetime) -> tuple[datetime, dateti
 # Which node, which GPUs
 
 
+def _asked(body: ReservationRequest) -> Requirements:
+    """The request's placement requirements; the runtime is each GPU runtime a node
+    serves (`_requirements`), this one only holds its place."""
+    return Requirements(
+        runtime=RuntimeName.ONNX_CUDA,
+        gpus=body.gpus,
+        min_vram_mb=int(body.min_vram_gb * 1000**3 / 1024**2) if body.min_vram_gb else None,
+        gpu_model=body.gpu_model,
+        region=body.region,
+        tier=body.tier.value if body.tier else None,
+        max_price_micro=int(body.max_price * MICRO) if body.max_price is not None else None,
+        min_reliability=body.min_reliability,
+        require_verified=body.require_verified,
+        verified_gpus=True,  # a reservation rents GPUs as their model: proven ones only
+    )
+
+
 def _requirements(body: ReservationRequest, node: NodeRow) -> list[Requirements]:
     """The placement requirements of the request, once per GPU runtime the node serves."""
-    return [
-        Requirements(
-            runtime=runtime,
-            gpus=body.gpus,
-            min_vram_mb=int(body.min_vram_gb * 1000**3 / 1024**2) if body.min_vram_gb else None,
-            gpu_model=body.gpu_model,
-            region=body.region,
-            tier=body.tier.value if body.tier else None,
-            max_price_micro=int(body.max_price * MICRO) if body.max_price is not None else None,
-            min_reliability=body.min_reliability,
-            require_verified=body.require_verified,
-            verified_gpus=True,  # a reservation rents GPUs as their model: proven ones only
-        )
-        for runtime in nodes.known(node)
-        if runtime.needs_gpu
-    ]
+    asked = _asked(body)
+    return [replace(asked, runtime=r) for r in nodes.known(node) if r.needs_gpu]
 
 
 def _missed(node: NodeRow, body: ReservationRequest, start: datetime, end: datetime) -> str | None:
@@ -313,10 +317,15 @@ async def plan(
             furthest = max(
                 (m for m in misses.values() if m), key=CONSTRAINTS.index, default="online"
             )
-            what = "verified hardware" if furthest == "verified" else furthest
+            near = [
+                (n, req)
+                for n in live
+                if misses[n.id] == furthest
+                for req in _requirements(body, n)
+                if unmet(n, req, start) == furthest
+            ]
             raise Unavailable(
-                f"no online node meets {what} for {body.gpus} GPU(s) over the period; "
-                "relax the filters, ask for fewer GPUs or pick another period",
+                shortfall.sentence(_asked(body), furthest, near, live, reservation=True),
                 code=ErrorCode.NO_CAPACITY,
                 details={"constraint": furthest},
                 headers={"Retry-After": "30"},

@@ -33,7 +33,6 @@ from gpu_share.coordinator.services.money import billing, session_billing
 from gpu_share.coordinator.services.nodes import nodes, ranking
 from gpu_share.coordinator.services.nodes.placement import (
     Requirements,
-    nothing_meets,
     requirements_of,
     serves,
 )
@@ -300,7 +299,7 @@ class Sessions:
         if not candidates and live:
             raise NotConnectedYet
         if not candidates:
-            raise no_capacity(req, nothing_meets(online, req, now))
+            raise no_capacity(req, online, now)
         reserved = await memory_fit.session_reservations(session)
         free = {
             n.id: memory_fit.capacity_mb(n, req.runtime.needs_gpu) - reserved.get(n.id, 0)

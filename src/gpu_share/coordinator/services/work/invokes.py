@@ -4,6 +4,7 @@ import asyncio
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -21,12 +22,12 @@ from gpu_share.coordinator.core.errors import (
     field_error,
 )
 from gpu_share.coordinator.core.ids import checked_cursor, new_id
-from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow
+from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow, NodeRow
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.core.statuses import CHECK_CAME_BACK
 from gpu_share.coordinator.replica.notify import Channel, Notifier
 from gpu_share.coordinator.services.money import billing
-from gpu_share.coordinator.services.nodes import nodes
+from gpu_share.coordinator.services.nodes import nodes, shortfall
 from gpu_share.coordinator.services.nodes.placement import (
     Requirements,
     nothing_meets,
@@ -44,6 +45,7 @@ from gpu_share.protocol.invokes import (
     InvokeStatus,
     Priority,
 )
+from gpu_share.protocol.money import usdc_text
 from gpu_share.protocol.runtimes import RuntimeName
 
 ARTIFACT_PATH = re.compile(r"^/v1/artifacts/(art_[0-9a-z]{26})/download/?$")
@@ -175,25 +177,31 @@ def _checksum_rules(body: InvokeCreate, settings: Settings) -> list[str]:
     return []
 
 
-def no_capacity(req: Requirements, missing: str) -> Unavailable:
-    """503 NO_CAPACITY, naming the constraint no online node met (SPEC §1.5, §4.1)."""
-    if missing == "online":
-        why = "no node is online"
-    elif missing == "runtime":
-        why = f"no online node serves runtime {req.runtime.value}"
-    elif missing == "verified":
-        why = (
-            f"no online node that serves {req.runtime.value} has the hardware asked for proven "
-            "by a hardware challenge yet (docs/trust.md)"
-        )
-    else:
-        why = f"no online node that serves {req.runtime.value} meets {missing}"
-    alternative = "; or try a *_cpu runtime" if req.runtime.needs_gpu else ""
+def no_capacity(req: Requirements, online: Sequence[NodeRow], now: datetime) -> Unavailable:
+    """503 NO_CAPACITY (SPEC §1.5, §4.1): `details.constraint` names the constraint no
+    online node met, for programs; the message says it in words, with what the closest
+    machine has and what would work (`shortfall`)."""
+    missed = nothing_meets(list(online), req, now)
     return Unavailable(
-        f"{why} (asked for {req.describe()}); wait for a provider to come online or relax "
-        f"the constraints{alternative}",
+        shortfall.explain(req, missed, online, now),
         code=ErrorCode.NO_CAPACITY,
-        details={"constraint": missing},
+        details={"constraint": missed},
+        headers={"Retry-After": "30"},
+    )
+
+
+def over_budget(req: Requirements, capped: Requirements, body: InvokeCreate) -> Unavailable:
+    """503 NO_CAPACITY: machines serve `req`, but none at a rate `max_cost` covers for
+    `timeout_sec` (`capped.max_price_micro`, `billing.plan_reserve`)."""
+    cost = usdc_text(body.max_cost or 0)
+    rate = usdc_text(capped.max_price_micro or 0)
+    return Unavailable(
+        f"No machine online right now can {shortfall.asked(req)} within max_cost {cost} "
+        f"USDC: over timeout_sec {body.timeout_sec} that pays at most {rate} USDC per "
+        "GPU-hour, and every machine that could asks more. Raise max_cost, lower "
+        "timeout_sec, or try again later.",
+        code=ErrorCode.NO_CAPACITY,
+        details={"constraint": "max_cost"},
         headers={"Retry-After": "30"},
     )
 
@@ -231,7 +239,7 @@ async def reserve_plan(
     live = await nodes.live_nodes(session, now, settings)
     serving = [node for node in live if serves(node, req, now)]
     if not serving:
-        raise no_capacity(req, nothing_meets(live, req, now))
+        raise no_capacity(req, live, now)
     if not billing.prepaid(settings):
         return 0, req
     reserve, placed = await billing.plan_reserve(
@@ -243,7 +251,7 @@ async def reserve_plan(
         now=now,
     )
     if reserve < 0:
-        raise no_capacity(placed, "max_cost")
+        raise over_budget(req, placed, body)
     return reserve, placed
 
 

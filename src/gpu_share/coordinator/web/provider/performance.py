@@ -51,9 +51,14 @@ async def performance(signed: SignedProvider) -> Response:
     now = browser.now()
     async with browser.replica.db.read() as session:
         history = await reliability.provider_history(session, provider.provider_id, now, DAYS)
+    seen = {n.node.id: reliability_formula.history(n.current) for n in history.nodes}
+    first = history.nodes[0].current if history.nodes else None  # the provider's start
     return browser.render(
         "provider/performance.html",
         history=history,
+        seen=seen,
+        provider_seen=reliability_formula.History.of_nodes(seen.values()),
+        provider_start=reliability_formula.start_of(first),
         charts={n.node.id: chart(n.points) for n in history.nodes},
         provider_chart=chart(history.points),
         formula=reliability_formula,
