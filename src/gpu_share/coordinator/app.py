@@ -1,9 +1,12 @@
 """`create_app(settings)`: the coordinator's FastAPI application.
 
-Every error leaves through the handlers below, in the one JSON shape of SPEC §1.8.
+Every error leaves through the handlers below: in the one JSON shape of SPEC §1.8, or,
+to a person's browser on a page's address, as an error page with the same status and
+headers (`http/negotiation.py`, `web/error_pages.py`).
 """
 
 import logging
+import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -57,7 +60,11 @@ from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.errors import ApiError
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import load_signer
-from gpu_share.coordinator.http.security_headers import SecurityHeadersMiddleware
+from gpu_share.coordinator.http.negotiation import wants_page
+from gpu_share.coordinator.http.security_headers import (
+    SecurityHeadersMiddleware,
+    with_security_headers,
+)
 from gpu_share.coordinator.loops import (
     artifact_sweep,
     challenges,
@@ -79,7 +86,7 @@ from gpu_share.coordinator.replica.session_hub import SessionHub
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.accounts.accounts import ensure_admin_key
 from gpu_share.coordinator.storage import ArtifactStore, LocalArtifactStore
-from gpu_share.coordinator.web import site
+from gpu_share.coordinator.web import error_pages, site
 from gpu_share.netguard import SafeFetcher, UrlPolicy
 from gpu_share.protocol.errors import ErrorCode
 
@@ -111,6 +118,33 @@ def error_response(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+async def answer(
+    request: Request,
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    headers: Mapping[str, str] | None = None,
+    *,
+    for_people: bool = True,
+    reference: str | None = None,
+) -> Response:
+    """The error as its client takes it: a page for a person's browser (showing `message`
+    when it is `for_people`), else the JSON error."""
+    if wants_page(request):
+        try:
+            return await error_pages.render(
+                request,
+                status,
+                detail=message if for_people else None,
+                headers=headers,
+                reference=reference,
+            )
+        except Exception:
+            log.exception("the error page failed; answering %s as JSON", status)
+    return error_response(status, code, message, details, headers)
+
+
 def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     details = []
     for err in exc.errors():
@@ -121,56 +155,66 @@ def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
 
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
-    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
+    async def _api_error(request: Request, exc: ApiError) -> Response:
+        return await answer(request, exc.status, exc.code, exc.message, exc.details, exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
         details = _validation_details(exc)
         summary = "; ".join(
             f"{'.'.join(d['loc'][1:] or d['loc'])}: {d['msg']}" for d in details[:5]
         )
-        return error_response(
-            422, ErrorCode.VALIDATION_ERROR, summary or "invalid request", details
+        return await answer(
+            request, 422, ErrorCode.VALIDATION_ERROR, summary or "invalid request", details
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         code = _STATUS_CODES.get(exc.status_code, ErrorCode.VALIDATION_ERROR)
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 404 and message == "Not Found":
-            message = "no such endpoint; see /docs for the API"
+            return await answer(
+                request, 404, code, "no such endpoint; see /docs for the API", for_people=False
+            )
         if exc.status_code == 400 and message.startswith("There was an error parsing the body"):
             # FastAPI's answer to a body it cannot decode: a validation error (§1.8), 422.
             unread = [{"loc": ["body"], "msg": "not UTF-8 JSON", "type": "json_invalid"}]
             return error_response(
                 422, code, "the body could not be read; send UTF-8 JSON as the schema says", unread
             )
-        return error_response(exc.status_code, code, message, headers=exc.headers)
+        # Starlette's own words ("Method Not Allowed") say no more than the page's title.
+        return await answer(
+            request, exc.status_code, code, message, headers=exc.headers, for_people=False
+        )
 
     @app.exception_handler(IntegrityError)
-    async def _integrity(_request: Request, exc: IntegrityError) -> JSONResponse:
+    async def _integrity(request: Request, exc: IntegrityError) -> Response:
         log.info("integrity error answered as 409: %s", exc.orig)
-        return error_response(409, ErrorCode.CONFLICT, "conflicts with the current state; retry")
+        return await answer(
+            request, 409, ErrorCode.CONFLICT, "conflicts with the current state; retry"
+        )
 
     @app.exception_handler(DataError)
-    async def _data(_request: Request, exc: DataError) -> JSONResponse:
+    async def _data(request: Request, exc: DataError) -> Response:
         # Input validation should have refused it; the database is the last line.
         log.warning("database refused a value: %s", exc.orig)
-        return error_response(
+        return await answer(
+            request,
             422,
             ErrorCode.VALIDATION_ERROR,
             "a value is out of range or not storable; fix the input",
         )
 
     @app.exception_handler(OperationalError)
-    async def _operational(_request: Request, exc: OperationalError) -> JSONResponse:
+    async def _operational(request: Request, exc: OperationalError) -> Response:
         log.warning("database unavailable: %s", exc.orig)
-        return error_response(
+        return await answer(
+            request,
             503,
             ErrorCode.UNAVAILABLE,
             "the database is busy or unreachable; retry shortly",
             headers={"Retry-After": "1"},
+            for_people=False,
         )
 
     @app.exception_handler(ClientDisconnect)
@@ -178,9 +222,21 @@ def _install_error_handlers(app: FastAPI) -> None:
         return Response(status_code=400)  # nobody is listening any more
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error", exc_info=exc)
-        return error_response(500, ErrorCode.INTERNAL, "internal error; it has been logged")
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        reference = secrets.token_hex(6)  # on the page, so a user can point at the log line
+        log.exception("unhandled error (reference %s)", reference, exc_info=exc)
+        response = await answer(
+            request,
+            500,
+            ErrorCode.INTERNAL,
+            "internal error; it has been logged",
+            for_people=False,
+            reference=reference,
+        )
+        # This handler answers from outside every middleware (Starlette's
+        # ServerErrorMiddleware), the security headers' included: add them here.
+        response.raw_headers = with_security_headers(response.raw_headers)
+        return response
 
 
 def default_jobs(settings: Settings) -> list[PeriodicJob]:

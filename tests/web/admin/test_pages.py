@@ -166,7 +166,7 @@ async def test_a_tenant_signed_in_gets_403_on_every_admin_page(
     for path in ADMIN_PAGES:
         response = await client.get(path)
         assert response.status_code == 403, path
-        assert "this page is for admins" in response.text
+        assert "This page is for admins" in response.text
     refused = await client.post(
         "/admin/tenants", data={"csrf": csrf_of((await client.get("/")).text), "name": "x"}
     )

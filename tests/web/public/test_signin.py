@@ -5,12 +5,13 @@ valid key signs in from an address that others locked out with wrong guesses."""
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI
 from playwright.async_api import expect
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from gpu_share.coordinator.app import create_app
 from gpu_share.coordinator.core.orm import BrowserSessionRow
@@ -22,11 +23,12 @@ from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import ADMIN, TenantHandle, bearer
 from gpu_share.testing.live import Live
 from tests.web.admin.test_pages import csrf_of, signed_in
-from tests.web.conftest import Browsing
+from tests.web.conftest import Browsing, screenshot
 from tests.web.tenant.test_console import key_of
 from tests.web.tenant.test_console import sign_in as sign_in_to_console
 
 ENDED = "Your session ended"
+EXPIRED = "Your session expired — sign in again"
 
 
 @pytest.fixture
@@ -44,15 +46,15 @@ async def browser_on(app: FastAPI, cookie: str | None = None) -> AsyncIterator[h
         yield http
 
 
-async def sent_to_sign_in(http: httpx.AsyncClient) -> bool:
-    """Whether /console sends this browser to sign in, saying its session ended."""
+async def sent_to_sign_in(http: httpx.AsyncClient, saying: str = ENDED) -> bool:
+    """Whether /console sends this browser to sign in, saying why its session is over."""
     console = await http.get("/console")
     if console.status_code != 303:
         assert console.status_code == 200, console.text
         return False
     assert console.headers["location"] == "/signin?next=/console"
     signin = await http.get(console.headers["location"])
-    assert ENDED in signin.text
+    assert saying in signin.text
     return True
 
 
@@ -109,7 +111,7 @@ async def test_a_session_ends_after_its_hours_and_is_forgotten_a_day_later(
     clock.advance(SESSION_HOURS * 3600 - 1)
     assert not await sent_to_sign_in(client)
     clock.advance(1)
-    assert await sent_to_sign_in(client)
+    assert await sent_to_sign_in(client, saying=EXPIRED)
     await housekeeping.run_once(app.state.replica)
     assert len(await sessions_of(app, tenant.key_id)) == 1
     clock.advance(timedelta(days=1).total_seconds() + 1)
@@ -169,3 +171,47 @@ async def test_in_a_browser_signing_out_ends_the_session_for_a_copy_of_its_cooki
         await expect(thief.get_by_text(ENDED)).to_be_visible()
     finally:
         await elsewhere.close()
+
+
+async def test_in_a_browser_an_expired_session_says_so_on_the_sign_in_page(
+    live: Live, browsing: Browsing, tmp_path: Path
+) -> None:
+    page = browsing.page
+    await sign_in_to_console(page, live.base_url, key_of(live.tenant_headers))
+    assert live.replica is not None
+    async with live.replica.db.write() as session:  # its hours are over
+        await session.execute(
+            update(BrowserSessionRow).values(expires_at=live.replica.clock.now() - timedelta(1))
+        )
+
+    await page.goto(f"{live.base_url}/console/invokes")
+    await expect(page).to_have_url(f"{live.base_url}/signin?next=/console/invokes")
+    note = page.get_by_role("status").filter(has_text=EXPIRED)
+    await expect(note).to_have_text("Your session expired — sign in again.")
+    await screenshot(page, tmp_path, "signin-session-expired")
+    await page.get_by_label("API key").fill(key_of(live.tenant_headers))
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page).to_have_url(f"{live.base_url}/console/invokes")  # back where it was
+    await expect(page.get_by_text(EXPIRED)).to_have_count(0)
+
+
+async def test_in_a_browser_a_tampered_session_cookie_is_called_not_valid(
+    live: Live, browsing: Browsing
+) -> None:
+    page = browsing.page
+    await sign_in_to_console(page, live.base_url, key_of(live.tenant_headers))
+    [cookie] = [c for c in await page.context.cookies() if c["name"] == SESSION_COOKIE]
+    session_id, _, seal = cookie["value"].rpartition(".")
+    forged = f"{session_id[:-1]}{'A' if session_id[-1] != 'A' else 'B'}.{seal}"
+    await page.context.add_cookies(
+        [{"name": SESSION_COOKIE, "value": forged, "domain": cookie["domain"], "path": "/"}]
+    )
+
+    await page.goto(f"{live.base_url}/console")
+    await expect(page).to_have_url(f"{live.base_url}/signin?next=/console")
+    await expect(page.get_by_role("status")).to_contain_text(
+        "Your session was not valid (its cookie was changed"
+    )
+    assert SESSION_COOKIE not in {c["name"] for c in await page.context.cookies()}
+    await page.goto(f"{live.base_url}/signin")  # said once: the cookie is gone
+    await expect(page.get_by_role("status")).to_have_count(0)

@@ -26,6 +26,7 @@ from gpu_share.coordinator.core.principals import (
 from gpu_share.coordinator.http.replica import ReplicaDep
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.accounts import accounts, browser_sessions
+from gpu_share.coordinator.services.accounts.browser_sessions import Closed
 from gpu_share.coordinator.services.nodes import gpu_catalog
 from gpu_share.coordinator.web import TEMPLATE_DIR, session
 from gpu_share.coordinator.web.application_form import entry_indices, label_of
@@ -50,6 +51,46 @@ ROLE_HOME = {
     TenantCaller: "/console",
     ProviderCaller: "/provider",
     AdminCaller: "/admin",
+}
+# Each audience's sections, as the main navigation lists them (the first is its home).
+NAV: dict[str | None, tuple[tuple[str, str], ...]] = {
+    "admin": (
+        ("/admin", "Overview"),
+        ("/admin/applications", "Applications"),
+        ("/admin/tenants", "Tenants"),
+        ("/admin/providers", "Providers"),
+        ("/admin/nodes", "Nodes"),
+        ("/admin/incidents", "Incidents"),
+        ("/admin/keys", "Keys"),
+        ("/admin/payouts", "Payouts"),
+        ("/admin/outbox", "Outbox"),
+    ),
+    "provider": (
+        ("/provider", "Machines"),
+        ("/provider/benchmarks", "Benchmarks"),
+        ("/provider/pricing", "Pricing"),
+        ("/provider/earnings", "Earnings"),
+        ("/provider/payouts", "Payouts"),
+        ("/provider/performance", "Performance"),
+    ),
+    "tenant": (
+        ("/console", "Overview"),
+        ("/console/invokes", "Invokes"),
+        ("/console/artifacts", "Artifacts"),
+        ("/console/sessions", "Sessions"),
+        ("/console/usage", "Usage"),
+        ("/console/marketplace", "Marketplace"),
+        ("/console/reservations", "Reservations"),
+        ("/console/nodes", "Nodes"),
+        ("/console/keys", "Keys"),
+    ),
+    None: (("/", "Home"), ("/apply", "Become a provider"), ("/docs", "API")),
+}
+HOME_NAME = {
+    "/console": "your console",
+    "/provider": "your dashboard",
+    "/admin": "the admin overview",
+    "/": "the home page",
 }
 
 
@@ -76,6 +117,7 @@ class Browser:
     set_anonymous: str | None = None
     drop_session: bool = False
     flash: str | None = None
+    flash_tone: str = "ok"  # the notice's class: ok, or warn for a session that is over
 
     @property
     def csrf(self) -> str:
@@ -84,6 +126,24 @@ class Browser:
     @property
     def home(self) -> str:
         return ROLE_HOME.get(type(self.principal), "/") if self.principal else "/"
+
+    @property
+    def home_name(self) -> str:
+        return HOME_NAME.get(self.home, "the home page")
+
+    @property
+    def nav(self) -> tuple[tuple[str, str], ...]:
+        role = self.principal.role.value if self.principal else None
+        return NAV.get(role, NAV[None])
+
+    def section_of(self, path: str) -> tuple[str, str] | None:
+        """The section of the main navigation that `path` lies in, if any: (href, name)."""
+        inside = [
+            (href, name)
+            for href, name in self.nav
+            if href != "/" and (path == href or path.startswith(href + "/"))
+        ]
+        return max(inside, key=lambda item: len(item[0]), default=None)
 
     def now(self) -> datetime:
         return self.replica.clock.now()
@@ -117,24 +177,37 @@ class Browser:
         return response
 
 
-SESSION_ENDED = "Your session ended (signed out, expired, or its key was revoked); sign in again."
+# What the next page says to a browser whose session cookie opens nothing any more.
+SESSION_OVER = {
+    Closed.EXPIRED: "Your session expired — sign in again.",
+    Closed.ENDED: "Your session ended (signed out elsewhere, or its key was revoked) — "
+    "sign in again.",
+}
+SESSION_INVALID = (
+    "Your session was not valid (its cookie was changed, or was made by another server) — "
+    "sign in again."
+)
 
 
-async def _signed_in(replica: Replica, session_id: str) -> tuple[str, Principal] | None:
-    """The open session's row id and principal: read on every page, never cached, so a
-    sign-out or a revocation on any replica holds here from the next request."""
+async def _session_of(replica: Replica, session_id: str) -> tuple[str, Principal] | Closed:
+    """The open session's row id and principal, else why it is over: read on every page,
+    never cached, so a sign-out or a revocation on any replica holds here from the next
+    request."""
+    now = replica.clock.now()
     async with replica.db.read() as db_session:
-        found = await browser_sessions.find_open(db_session, session_id, replica.clock.now())
-    principal = accounts.principal_of(found.key) if found is not None else None
-    return (found.row_id, principal) if found is not None and principal is not None else None
+        found = await browser_sessions.find_open(db_session, session_id, now)
+        principal = accounts.principal_of(found.key) if found is not None else None
+        if found is not None and principal is not None:
+            return found.row_id, principal
+        return await browser_sessions.why_closed(db_session, session_id, now)
 
 
 async def browser_of(request: Request, replica: ReplicaDep) -> Browser:
+    cookie = request.cookies.get(session.SESSION_COOKIE)
     session_id = session.read(request, replica.signer)
-    signed_in = await _signed_in(replica, session_id) if session_id else None
-    ended = session.SESSION_COOKIE in request.cookies and signed_in is None
+    signed_in = await _session_of(replica, session_id) if session_id else None
     flash = request.cookies.get(FLASH_COOKIE)
-    if signed_in is not None:
+    if isinstance(signed_in, tuple):
         row_id, principal = signed_in
         return Browser(
             replica=replica,
@@ -143,6 +216,7 @@ async def browser_of(request: Request, replica: ReplicaDep) -> Browser:
             identity=f"session:{row_id}",
             flash=_unquote(flash) if flash else None,
         )
+    over = None if cookie is None else SESSION_OVER[signed_in] if signed_in else SESSION_INVALID
     anon = session.anonymous_id(request)
     set_anon = None if anon else session.new_anonymous_id()
     return Browser(
@@ -151,8 +225,9 @@ async def browser_of(request: Request, replica: ReplicaDep) -> Browser:
         principal=None,
         identity=f"anon:{anon or set_anon}",
         set_anonymous=set_anon,
-        drop_session=ended,
-        flash=_unquote(flash) if flash else (SESSION_ENDED if ended else None),
+        drop_session=over is not None,
+        flash=_unquote(flash) if flash else over,
+        flash_tone="warn" if over and not flash else "ok",
     )
 
 

@@ -4,7 +4,9 @@ The cookie holds a random session id, sealed by the coordinator; the session its
 row (`services/accounts/browser_sessions`), checked on every page, so signing out or
 revoking the key ends it on every replica even for a copy of the cookie. The key itself
 never enters a cookie. A cookie that does not unseal or names a session that is over
-signs the browser out.
+signs the browser out, and the page says which it was. The cookie outlives its session
+by the day the row is kept (`KEEP_FOR`), so that a browser coming back after the
+session's hours still shows it, and hears that its session expired rather than nothing.
 
 Every form carries a CSRF token sealed for the browser: its session, or before
 sign-in an anonymous random cookie. A POST whose token does not match is refused.
@@ -16,11 +18,12 @@ from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
 from gpu_share.coordinator.core.signing import UrlSigner
-from gpu_share.coordinator.services.accounts.browser_sessions import SESSION_HOURS
+from gpu_share.coordinator.services.accounts.browser_sessions import KEEP_FOR, SESSION_HOURS
 
 SESSION_COOKIE = "gs_session"
 ANON_COOKIE = "gs_anon"
 SESSION_PURPOSE = "web-session"
+COOKIE_MAX_AGE = SESSION_HOURS * 3600 + int(KEEP_FOR.total_seconds())
 CSRF_PURPOSE = "web-csrf"
 
 
@@ -39,7 +42,7 @@ def start(
     response.set_cookie(
         SESSION_COOKIE,
         signer.seal(SESSION_PURPOSE, session_id),
-        max_age=SESSION_HOURS * 3600,
+        max_age=COOKIE_MAX_AGE,
         httponly=True,
         samesite="lax",
         secure=_secure(connection, public_base_url),

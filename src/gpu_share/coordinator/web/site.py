@@ -1,5 +1,6 @@
 """Puts the pages on the app: their routes, their assets, and how a page says no
-(to a visitor who must sign in first, or to a user of the wrong role)."""
+(to a visitor who must sign in first, or to a user of the wrong role; every other error
+becomes a page in `app.py`'s handlers, through `error_pages`)."""
 
 from urllib.parse import quote
 
@@ -7,12 +8,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from gpu_share.coordinator.web import STATIC_DIR
+from gpu_share.coordinator.web import STATIC_DIR, error_pages
 from gpu_share.coordinator.web.admin import accounts, applications, nodes, overview
 from gpu_share.coordinator.web.admin import enrollment as admin_enrollment
 from gpu_share.coordinator.web.admin import incidents as admin_incidents
 from gpu_share.coordinator.web.admin import payouts as payout_batches
-from gpu_share.coordinator.web.pages import PageForbidden, SignInRequired, browser_of
+from gpu_share.coordinator.web.pages import PageForbidden, SignInRequired
 from gpu_share.coordinator.web.provider import (
     benchmarks,
     earnings,
@@ -70,7 +71,4 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(PageForbidden)
     async def _forbidden(request: Request, exc: PageForbidden) -> Response:
-        browser = await browser_of(request, request.app.state.replica)
-        return browser.render(
-            "public/message.html", status=403, title="Not allowed", message=exc.message
-        )
+        return await error_pages.render(request, 403, detail=exc.message)

@@ -10,6 +10,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -24,6 +25,13 @@ KEEP_FOR = timedelta(days=1)  # after a session ended or expired: then its row g
 class OpenSession:
     row_id: str  # names the session (forms' CSRF tokens are sealed for it); opens nothing
     key: ApiKeyRow  # the key it signed in with, unrevoked
+
+
+class Closed(StrEnum):
+    """Why a genuine session cookie opens nothing any more."""
+
+    EXPIRED = "expired"  # its hours ran out (or it is so long over that its row is gone)
+    ENDED = "ended"  # signed out, or the key it signed in with was revoked
 
 
 def row_id(session_id: str) -> str:
@@ -61,6 +69,26 @@ async def find_open(session: AsyncSession, session_id: str, now: datetime) -> Op
         )
     ).first()
     return OpenSession(row_id=found[0], key=found[1]) if found is not None else None
+
+
+async def why_closed(session: AsyncSession, session_id: str, now: datetime) -> Closed:
+    """Why a session that `find_open` did not find is over, for the sign-in page to say."""
+    found = (
+        await session.execute(
+            select(BrowserSessionRow.ended_at, BrowserSessionRow.expires_at, ApiKeyRow.revoked_at)
+            .join(ApiKeyRow, ApiKeyRow.id == BrowserSessionRow.key_id)
+            .where(BrowserSessionRow.id == row_id(session_id))
+        )
+    ).first()
+    if found is None:
+        return Closed.EXPIRED
+    ended_at, expires_at, revoked_at = found
+    # Whichever came first: a sign-out or a revocation after the hours ran out changes
+    # nothing for this browser, whose session had expired already.
+    others = [moment for moment in (ended_at, revoked_at) if moment is not None]
+    if expires_at <= now and all(expires_at <= moment for moment in others):
+        return Closed.EXPIRED
+    return Closed.ENDED
 
 
 async def end(session: AsyncSession, session_id: str, now: datetime) -> None:

@@ -16,7 +16,9 @@ The links (confirm, status) carry the application's id sealed by the coordinator
 stored. The mail for each step is queued in the step's own transaction (`outbox`).
 """
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
@@ -381,6 +383,36 @@ async def request_info(
     url = status_url(base_url, signer, row.id)
     await outbox.enqueue(session, cause, mails.info_requested(row, url), now)
     return to_wire(row)
+
+
+class ClaimState(StrEnum):
+    OPEN = "open"  # approved, not claimed yet: the page offers to show the key and token
+    USED = "used"  # shown once already
+    EXPIRED = "expired"
+    UNKNOWN = "unknown"  # no such link (mistyped, cut short, or another coordinator's)
+
+
+@dataclass(frozen=True)
+class ClaimLink:
+    """What a claim link's page says before it shows anything: opening it uses nothing up."""
+
+    state: ClaimState
+    used_at: datetime | None = None
+    expires_at: datetime | None = None
+
+
+async def claim_link(session: AsyncSession, token: str, now: datetime) -> ClaimLink:
+    provider = await session.scalar(
+        select(ProviderRow).where(ProviderRow.claim_token_hash == keys.hash_key(token))
+    )
+    if provider is None:
+        return ClaimLink(ClaimState.UNKNOWN)
+    expires_at = provider.claim_expires_at
+    if provider.claimed_at is not None:
+        return ClaimLink(ClaimState.USED, used_at=provider.claimed_at, expires_at=expires_at)
+    if expires_at is None or expires_at <= now:
+        return ClaimLink(ClaimState.EXPIRED, expires_at=expires_at)
+    return ClaimLink(ClaimState.OPEN, expires_at=expires_at)
 
 
 async def claim(

@@ -15,12 +15,13 @@ from gpu_share.coordinator.services.providers import (
     enrollment_tokens,
     provider_applications,
 )
+from gpu_share.coordinator.services.providers.provider_applications import ClaimState
 from gpu_share.coordinator.web.application_form import (
     application_from_form,
     blank_form,
     form_values_of,
 )
-from gpu_share.coordinator.web.pages import BrowserDep, form_of
+from gpu_share.coordinator.web.pages import Browser, BrowserDep, form_of
 from gpu_share.protocol import provider_applications as wire
 from gpu_share.protocol.schedules import Weekday
 
@@ -144,10 +145,29 @@ async def amend_application(token: Token, browser: BrowserDep) -> Response:
     )
 
 
+# A link that shows nothing (any more) says so with the status a client can act on.
+CLAIM_STATUS = {ClaimState.OPEN: 200, ClaimState.UNKNOWN: 404}
+
+
 @router.get("/provider/claim/{token}")
 async def claim_page(token: Token, browser: BrowserDep) -> Response:
     # A GET must not use the link up: mail scanners open links before people do.
-    return browser.render("public/claim.html", token=token, claim=None, error=None)
+    return await _claim_link_page(browser, token)
+
+
+async def _claim_link_page(browser: Browser, token: str, error: str | None = None) -> Response:
+    """The link before it shows anything: its button while it is open, else what became of
+    it (used when, expired, unknown) and what to do, with no button."""
+    async with browser.replica.db.read() as db:
+        link = await provider_applications.claim_link(db, token, browser.now())
+    return browser.render(
+        "public/claim.html",
+        status=CLAIM_STATUS.get(link.state, 410),
+        token=token,
+        claim=None,
+        link=link,
+        error=error if link.state == ClaimState.OPEN else None,
+    )
 
 
 @router.post("/provider/claim/{token}")
@@ -163,14 +183,13 @@ async def claim(token: Token, browser: BrowserDep) -> Response:
                 install_base(replica),
                 token_lifetime=enrollment_tokens.lifetime(replica.settings.enrollment_token_days),
             )
-    except ApiError as exc:
-        return browser.render(
-            "public/claim.html", status=exc.status, token=token, claim=None, error=exc.message
-        )
+    except ApiError as exc:  # used meanwhile (another tab, a second click): the page says so
+        return await _claim_link_page(browser, token, exc.message)
     return browser.render(
         "public/claim.html",
         token=token,
         claim=claimed,
+        link=None,
         error=None,
         public_url=public_url(replica),
     )

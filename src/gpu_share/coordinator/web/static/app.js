@@ -165,18 +165,96 @@ document.addEventListener("DOMContentLoaded", () => {
 });
 
 // Copy buttons: `data-copy` names the element whose text to copy, `data-copy-text` holds it.
-document.addEventListener("click", async (event) => {
-  const button = event.target.closest("button[data-copy], button[data-copy-text]");
-  if (!button) return;
+// The button says "Copied" for a moment, and a polite live region says it to screen
+// readers. Without the clipboard API (a plain-http page off loopback, or permission
+// refused) the text is selected and copied the old way; failing that it stays selected
+// and the button asks for Ctrl+C.
+function copyStatus() {
+  let region = document.getElementById("copy-status");
+  if (!region) {
+    region = document.createElement("div");
+    region.id = "copy-status";
+    region.className = "visually-hidden";
+    region.setAttribute("role", "status");
+    region.setAttribute("aria-live", "polite");
+    document.body.appendChild(region);
+  }
+  return region;
+}
+
+function selectText(source) {
+  const selection = window.getSelection();
+  selection.removeAllRanges();
+  const range = document.createRange();
+  range.selectNodeContents(source);
+  selection.addRange(range);
+}
+
+function copyBySelection(source, value) {
+  let target = source;
+  if (!target) {  // nothing on the page to select: a hidden element holds the text meanwhile
+    target = document.createElement("span");
+    target.textContent = value;
+    target.className = "visually-hidden";
+    document.body.appendChild(target);
+  }
+  selectText(target);
+  let copied = false;
+  try { copied = document.execCommand("copy"); } catch (error) { copied = false; }
+  if (target !== source) { target.remove(); window.getSelection().removeAllRanges(); }
+  return copied;
+}
+
+function showCopied(button, text, announce) {
+  if (!button.dataset.label) button.dataset.label = button.textContent;
+  clearTimeout(Number(button.dataset.timer || 0));
+  button.textContent = text;
+  button.classList.add("copied");
+  copyStatus().textContent = announce;
+  button.dataset.timer = String(setTimeout(() => {
+    button.textContent = button.dataset.label;
+    button.classList.remove("copied");
+    copyStatus().textContent = "";
+  }, 2000));
+}
+
+async function copyFrom(button) {
   const source = button.dataset.copy ? document.querySelector(button.dataset.copy) : null;
   const value = button.dataset.copyText ?? (source ? source.textContent.trim() : "");
   try {
     await navigator.clipboard.writeText(value);
-    const label = button.textContent;
-    button.textContent = "Copied";
-    button.classList.add("copied");
-    setTimeout(() => { button.textContent = label; button.classList.remove("copied"); }, 1500);
-  } catch (error) {  // no clipboard (plain http off loopback): select it for Ctrl+C instead
-    if (source) window.getSelection().selectAllChildren(source);
+    showCopied(button, "Copied", "Copied to the clipboard");
+  } catch (error) {
+    if (copyBySelection(source, value)) {
+      showCopied(button, "Copied", "Copied to the clipboard");
+    } else if (source) {
+      selectText(source);
+      showCopied(button, "Press Ctrl+C", "Selected: press Ctrl+C (or ⌘C) to copy");
+    }
   }
+}
+
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-copy], button[data-copy-text]");
+  if (button) copyFrom(button);
 });
+
+// Phones: the main navigation folds behind its menu button (app.css shows the button on
+// narrow screens only). Without this script the button stays hidden and the navigation
+// open, so every page still works; Escape closes the menu and gives focus back.
+function menus() {
+  document.querySelectorAll("button[data-menu]").forEach((button) => {
+    const nav = document.getElementById(button.getAttribute("aria-controls"));
+    if (!nav) return;
+    const show = (open) => button.setAttribute("aria-expanded", String(open));
+    show(false);
+    button.addEventListener("click", () => show(button.getAttribute("aria-expanded") !== "true"));
+    document.addEventListener("keydown", (event) => {
+      if (event.key === "Escape" && button.getAttribute("aria-expanded") === "true") {
+        show(false);
+        button.focus();
+      }
+    });
+  });
+}
+document.addEventListener("DOMContentLoaded", menus);
