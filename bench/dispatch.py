@@ -6,7 +6,8 @@ Side by side in one run, on PostgreSQL, against `gpu-share server` in its own pr
       busy agent does), the fast path (a lease that is the start, then the result) and
       the three-request path (lease, start, result); vs a bare asyncpg
       `FOR UPDATE SKIP LOCKED` claim-and-complete loop with N workers on a table in the
-      same database. Target ≥ 0.25.
+      same database. All four in rounds whose order turns, ours on the same N nodes;
+      the server's CPU per job is read around each submit and each drain. Target ≥ 0.25.
   (b) enqueue-to-agent latency for an idle long-polling agent: POST /v1/gpu/invoke until
       the agent's lease answer arrives. Target p50 ≤ 5 ms.
   (c) end-to-end invoke latency of the example digits model with a warm cache (a real
@@ -14,7 +15,7 @@ Side by side in one run, on PostgreSQL, against `gpu-share server` in its own pr
       and submitting then long-polling with `?wait=` (two), vs onnxruntime in-process
       plus one HTTP round trip, all three interleaved sample by sample.
 
-Run: .venv/bin/python bench/dispatch.py [--jobs 1000] [--agents 4]
+Run: .venv/bin/python bench/dispatch.py [--jobs 1000] [--agents 4] [--rounds 4]
 """
 
 import argparse
@@ -69,14 +70,20 @@ async def wait_healthy(url: str) -> None:
     raise SystemExit("server did not start")
 
 
-async def bare_skip_locked(dsn: str, jobs: int, workers: int) -> float:
-    """The baseline: claim one row with SKIP LOCKED, mark it done, repeat."""
+async def create_bare_table(dsn: str) -> None:
     conn = await asyncpg.connect(dsn)
     await conn.execute(
         "CREATE TABLE bench_jobs (id bigserial PRIMARY KEY, status text NOT NULL, "
         "created_at timestamptz NOT NULL DEFAULT now(), lease_token text)"
     )
     await conn.execute("CREATE INDEX ON bench_jobs (status, created_at)")
+    await conn.close()
+
+
+async def bare_skip_locked(dsn: str, jobs: int, workers: int) -> float:
+    """The baseline: claim one row with SKIP LOCKED, mark it done, repeat; returns the
+    seconds `workers` take to drain `jobs` new rows."""
+    conn = await asyncpg.connect(dsn)
     await conn.executemany(
         "INSERT INTO bench_jobs (status) VALUES ('queued')", [() for _ in range(jobs)]
     )
@@ -107,16 +114,31 @@ async def bare_skip_locked(dsn: str, jobs: int, workers: int) -> float:
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(workers)))
-    return jobs / (time.perf_counter() - start)
+    return time.perf_counter() - start
 
 
 @dataclass
 class Throughput:
-    jobs_per_sec: float
-    submit_cpu_ms: float
-    """The server's CPU (user + system) per submitted invoke."""
-    drain_cpu_ms: float
-    """The server's CPU per job while the agents lease it and report its result."""
+    """One way's rounds added up."""
+
+    jobs: int = 0
+    seconds: float = 0.0
+    submit_cpu_sec: float = 0.0
+    """The server's CPU (user + system) while the invokes were submitted."""
+    drain_cpu_sec: float = 0.0
+    """The server's CPU while the agents leased the jobs and reported their results."""
+
+    @property
+    def jobs_per_sec(self) -> float:
+        return self.jobs / self.seconds
+
+    @property
+    def submit_cpu_ms(self) -> float:
+        return self.submit_cpu_sec * 1000 / self.jobs
+
+    @property
+    def drain_cpu_ms(self) -> float:
+        return self.drain_cpu_sec * 1000 / self.jobs
 
     @property
     def cpu_ms(self) -> float:
@@ -128,27 +150,26 @@ def cpu_sec(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-async def ours_throughput(
+async def ours_round(
     base: str,
-    token: str,
     tenant: dict[str, str],
+    agents: list[SimulatedAgent],
     jobs: int,
-    workers: int,
     server: psutil.Process,
+    into: Throughput,
     *,
     mode: str,
-) -> Throughput:
-    """`mode`: "three" (lease, start, result), "fast" (the lease is the start; lease and
-    result) or "next" (the result brings the next job: one request a job)."""
-    agents = [SimulatedAgent(base) for _ in range(workers)]
-    for agent in agents:
-        await agent.register(token)
+) -> None:
+    """Submit `jobs` invokes, then the agents drain them, one job per lease; adds the
+    time and the server's CPU to `into`. `mode`: "three" (lease, start, result), "fast"
+    (the lease is the start; lease and result) or "next" (the result brings the next
+    job: one request a job)."""
 
     async def keep_online() -> None:  # submitting takes longer than a node stays online
         while True:
-            await asyncio.sleep(5)
             for agent in agents:
                 await agent.heartbeat([])
+            await asyncio.sleep(5)
 
     beating = asyncio.create_task(keep_online())
     async with httpx.AsyncClient(base_url=base, headers=tenant, timeout=30) as http:
@@ -156,7 +177,7 @@ async def ours_throughput(
         for _ in range(jobs):
             response = await http.post("/v1/gpu/invoke", json=CPU_BODY)
             assert response.status_code == 202, response.text
-        submit_cpu = cpu_sec(server) - before
+        into.submit_cpu_sec += cpu_sec(server) - before
     beating.cancel()
 
     following = wire.LeaseRequest(slots=1, free_gpus=0, wait_sec=0, start=True)
@@ -174,14 +195,48 @@ async def ours_throughput(
                 agent.leased.extend(j.invoke_id for j in handed_on)
                 jobs_left += handed_on
 
+    for agent in agents:
+        agent.leased.clear()
     start, before = time.perf_counter(), cpu_sec(server)
     await asyncio.gather(*(drain(a) for a in agents))
-    elapsed, drain_cpu = time.perf_counter() - start, cpu_sec(server) - before
+    into.seconds += time.perf_counter() - start
+    into.drain_cpu_sec += cpu_sec(server) - before
     done = sum(len(a.leased) for a in agents)
     assert done == jobs, (done, jobs)
+    into.jobs += jobs
+
+
+async def throughputs(
+    base: str,
+    token: str,
+    tenant: dict[str, str],
+    dsn: str,
+    jobs: int,
+    workers: int,
+    rounds: int,
+    server: psutil.Process,
+) -> tuple[float, dict[str, Throughput]]:
+    """(a): the bare loop and our three ways, `rounds` rounds of `jobs / rounds` each,
+    the order turning every round (no way always runs first or after the same one), on
+    the same `workers` nodes throughout. Returns the bare loop's jobs/s and ours."""
+    agents = [SimulatedAgent(base) for _ in range(workers)]
+    for agent in agents:
+        await agent.register(token)
+    await create_bare_table(dsn)
+    per_round = jobs // rounds
+    bare = Throughput()
+    ours = {mode: Throughput() for mode in ("three", "fast", "next")}
+    ways = ["bare", *ours]
+    for r in range(rounds):
+        for way in ways[r % len(ways) :] + ways[: r % len(ways)]:
+            if way == "bare":
+                bare.seconds += await bare_skip_locked(dsn, per_round, workers)
+                bare.jobs += per_round
+            else:
+                await ours_round(base, tenant, agents, per_round, server, ours[way], mode=way)
     for agent in agents:
         await agent.aclose()
-    return Throughput(jobs / elapsed, submit_cpu * 1000 / jobs, drain_cpu * 1000 / jobs)
+    return bare.jobs_per_sec, ours
 
 
 async def request_floor_ms(base: str, server: psutil.Process, requests: int = 1000) -> float:
@@ -302,6 +357,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--e2e-samples", type=int, default=20)
     args = parser.parse_args()
@@ -349,14 +405,11 @@ async def main() -> None:
                 ).json()["enrollment_token"]
             tenant = {"Authorization": f"Bearer {tenant_key}"}
 
-            bare = await bare_skip_locked(dsn, args.jobs, args.agents)
             process = psutil.Process(server.pid)
-            three, fast, ours = [
-                await ours_throughput(
-                    base, token, tenant, args.jobs, args.agents, process, mode=mode
-                )
-                for mode in ("three", "fast", "next")
-            ]
+            bare, ways = await throughputs(
+                base, token, tenant, dsn, args.jobs, args.agents, args.rounds, process
+            )
+            three, fast, ours = ways["three"], ways["fast"], ways["next"]
             floor_ms = await request_floor_ms(base, process)
             latencies = await enqueue_latency(base, token, tenant, args.latency_samples)
             e2e = (
@@ -369,7 +422,10 @@ async def main() -> None:
             server.wait()
             await drop_scratch_postgres(url)
 
-    print(f"(a) lease throughput, {args.agents} agents, {args.jobs} jobs, one per lease:")
+    print(
+        f"(a) lease throughput, {args.agents} agents, {args.jobs} jobs in {args.rounds} rounds"
+        " (the order turning), one per lease:"
+    )
     for label, run in (
         ("result brings the next", ours),
         ("fast path (2 requests)", fast),
