@@ -41,7 +41,9 @@ class CompletionEvidence(BaseModel):
 class StabilityEvidence(BaseModel):
     """Benchmark runs in the lookback against the node's first run."""
 
-    runs_counted: int = Field(ge=0)
+    runs_counted: int = Field(
+        ge=0, description="Runs measured against the first (the first run itself is not one)"
+    )
     baseline_at: datetime | None = Field(default=None, description="When the first run finished")
     latest_drop: Fraction | None = Field(
         default=None, description="The latest run's counted drop from the first"
@@ -85,6 +87,7 @@ class ReliabilityPoint(BaseModel):
 class NodeReliability(BaseModel):
     node_id: str
     hostname: str
+    label: str | None = Field(default=None, description="Its provider's name for it")
     reliability: Reliability | None = Field(description="Null until first computed")
 
 

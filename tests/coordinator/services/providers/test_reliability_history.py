@@ -29,15 +29,20 @@ def online(since: datetime) -> list[datetime]:
     return found
 
 
-def test_a_new_node_with_its_first_benchmark_has_no_history_though_stability_moved() -> None:
+def test_a_new_node_with_its_first_benchmark_has_no_history_and_its_score_did_not_move() -> None:
     registered = NOW - timedelta(minutes=30)
     first = BenchmarkScores(registered + timedelta(minutes=2), {"node": 1.0})
     record = record_from_buckets(
         registered, Availability(), online(registered), NOW, benchmarks=[first]
     )
     published = score(record, NOW)
-    assert published.stability > NEUTRAL  # the first run counts as a clean one
-    assert published.stability_evidence.latest_drop == 0.0  # measured against itself
+    unbenchmarked = score(record_from_buckets(registered, Availability(), [], NOW), NOW)
+    # The first run is the baseline, measured against nothing: no evidence either way
+    # (it once counted as a clean run and lifted a new node's stability to ~0.933).
+    assert published.stability == unbenchmarked.stability < NEUTRAL + 0.001
+    evidence = published.stability_evidence
+    assert evidence.runs_counted == 0 and evidence.latest_drop is None
+    assert evidence.baseline_at == first.at
     assert history(published) == History(uptime=False, completion=False, stability=False)
     assert not history(published).any
     assert start_of(published) == NEUTRAL

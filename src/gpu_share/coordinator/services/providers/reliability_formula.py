@@ -278,15 +278,16 @@ def drop(score: float, baseline: float) -> float:
 def stability(record: NodeRecord, now: datetime) -> tuple[float, StabilityEvidence]:
     runs = sorted((r for r in record.benchmarks if r.at <= now), key=lambda r: r.at)
     baseline: dict[str, float] = {}
-    for run in runs:
-        for key, value in run.scores.items():
-            if value > 0:
-                baseline.setdefault(key, value)
     counted = 0
     weighted = weighted_drop = 0.0
     drops: list[float] = []
     for run in runs:
+        # Measured against the baselines earlier runs set: the run that sets a GPU's
+        # baseline is no evidence of its stability (it would count as one clean run).
         shared = [drop(s, baseline[k]) for k, s in run.scores.items() if k in baseline]
+        for key, value in run.scores.items():
+            if value > 0:
+                baseline.setdefault(key, value)
         if not shared or not _counted(run.at, now):
             continue
         fell = sum(shared) / len(shared)
@@ -409,9 +410,8 @@ def point(reliability: Reliability, at: datetime) -> ReliabilityPoint:
 @dataclass(frozen=True)
 class History:
     """Which components of a node's score rest on its own record. One without is its
-    start moved only by the ageing probation (or, for stability, by the first benchmark
-    run, which is the baseline and measured against nothing): a figure with nothing
-    behind it, which pages show as "no history yet" rather than as a number."""
+    start moved only by the ageing probation: a figure with nothing behind it, which pages
+    show as "no history yet" rather than as a number."""
 
     uptime: bool
     completion: bool
@@ -439,13 +439,10 @@ def history(reliability: Reliability) -> History:
     first run. Not for a provider's combined score, whose evidence is summed over its
     nodes: ask of each node."""
     up = reliability.uptime_evidence
-    s = reliability.stability_evidence
-    baseline = s.baseline_at is not None and _counted(s.baseline_at, reliability.computed_at)
-    compared = s.runs_counted - int(baseline)  # the first run, when counted, is no comparison
     return History(
         uptime=up.hours_in_windows >= STEP_SEC / 3600 or up.hours_online < up.hours_in_windows,
         completion=reliability.completion_evidence.jobs_counted > 0,
-        stability=compared > 0,
+        stability=reliability.stability_evidence.runs_counted > 0,
     )
 
 
