@@ -164,6 +164,7 @@ def test_upload_prints_the_url_and_reuses_identical_bytes(
         capsys, "upload", *connected(stack, key), str(DIGITS_MODEL), "--kind", "model"
     )
     assert code == 0 and out.startswith("art_")
+    assert f"\nname:    {DIGITS_MODEL.name}\n" in out  # the file's name, sent as ?name=
     assert f"url:     {stack.base_url}/v1/artifacts/art_" in out
     assert "inputs:  input: float32[?,64]\n" in out
     assert "outputs: label: int64[?], probabilities: float32[?,10]" in out
@@ -171,6 +172,20 @@ def test_upload_prints_the_url_and_reuses_identical_bytes(
         capsys, "upload", *connected(stack, key), str(DIGITS_MODEL), "--kind", "model", "--json"
     )
     assert code == 0 and json.loads(again)["id"] == out.split()[0]
+    assert json.loads(again)["name"] == DIGITS_MODEL.name
+    code, renamed, _ = gpu_share(
+        capsys,
+        "upload",
+        *connected(stack, key),
+        str(DIGITS_MODEL),
+        "--kind",
+        "model",
+        "--name",
+        "runs/7/digits-v2.onnx",
+        "--no-reuse",
+        "--json",
+    )
+    assert code == 0 and json.loads(renamed)["name"] == "digits-v2.onnx"
 
 
 def test_invoke_wait_uploads_runs_and_prints_the_outputs(

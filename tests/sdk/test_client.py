@@ -108,6 +108,29 @@ async def test_upload_from_bytes_path_and_file_reuses_the_identical_live_artifac
     assert {a.id for a in listed.items} == {first.id, fresh.id}
 
 
+async def test_an_upload_is_named_after_its_file_and_reuse_prefers_the_same_name(
+    sdk: AsyncClient, tmp_path: Path
+) -> None:
+    path = tmp_path / "digits.onnx"
+    path.write_bytes(MODEL)
+    from_path = await sdk.upload_artifact(path, "model")
+    assert from_path.name == "digits.onnx"
+    assert (await sdk.upload_artifact(MODEL, "model", reuse=False)).name is None  # bare bytes
+    with path.open("rb") as file:  # a file opened from a path knows its name
+        assert (await sdk.upload_artifact(file, "model", reuse=False)).name == "digits.onnx"
+    assert (await sdk.upload_artifact(io.BytesIO(MODEL), "model", reuse=False)).name is None
+
+    # The same bytes under another name: an identical live artifact is reused, keeping
+    # its name; one already under the name asked for is preferred.
+    reused = await sdk.upload_artifact(MODEL, "model", name="other.onnx")
+    assert reused.name != "other.onnx" and reused.sha256 == from_path.sha256
+    renamed = await sdk.upload_artifact(MODEL, "model", name="v2/other.onnx", reuse=False)
+    assert renamed.name == "other.onnx"  # the server drops the directory part
+    assert (await sdk.upload_artifact(path, "model")).name == "digits.onnx"
+    again = await sdk.upload_artifact(MODEL, "model", name="other.onnx")
+    assert again.name == "other.onnx"
+
+
 async def test_an_artifact_about_to_expire_is_uploaded_again(
     sdk: AsyncClient, clock: FrozenClock
 ) -> None:

@@ -88,8 +88,10 @@ async def _up(args: argparse.Namespace) -> int:
     overrides: dict[str, object] = {
         k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None
     }
-    if "GPUSHARE_BILLING" not in os.environ:
-        overrides["billing"] = "free"  # one machine, its owner's: nothing to charge (SPEC §4.4)
+    if "GPUSHARE_DEMO_MONEY" not in os.environ:
+        # Prepaid with demo money (unless GPUSHARE_BILLING=free): a newcomer sees prices,
+        # charges and earnings from the first invoke, all of them marked as demo money.
+        overrides["demo_money"] = True
     settings = Settings(**overrides)  # type: ignore[arg-type]
     try:
         sock = listen_on(settings.host, settings.port)
@@ -184,6 +186,7 @@ class _Stack:
         self.agent_task = asyncio.create_task(agent.run(self.agent_stop, drain_timeout=0))
         if not await self._agent_ready():
             return None
+        await embedded.price_local_node(settings, clock, creds.enrollment_token)
         examples = await _upload_examples(self.base_url, creds.tenant_key)
         return _banner(self.base_url, creds, settings, examples, agent)
 
@@ -238,6 +241,9 @@ class _Stack:
 def _banner(
     base_url: str, creds: Any, settings: Any, examples: dict[str, Example], agent: Any
 ) -> str:
+    from gpu_share.coordinator import embedded
+    from gpu_share.coordinator.services.money import billing
+    from gpu_share.protocol.money import usdc_text
     from gpu_share.protocol.runtimes import RuntimeName
 
     runtime = (
@@ -256,13 +262,26 @@ def _banner(
     auth = f'-H "Authorization: Bearer {creds.tenant_key}"'
     gpus = ", ".join(g.info.model for g in agent.gpus) or "no GPU (CPU node)"
     runtimes = ", ".join(r.value for r in agent.runtimes)
+    money = (
+        f"""
+Demo money (nothing real is paid): the demo tenant was given \
+{usdc_text(embedded.DEMO_TOP_UP.amount)} USDC,
+and this machine charges {usdc_text(embedded.DEMO_CPU_PRICE.price_per_gpu_hour)} USDC an hour \
+on CPU, {usdc_text(embedded.DEMO_GPU_PRICE.price_per_gpu_hour)} USDC per GPU-hour.
+  Charges:   {base_url}/console/usage     (sign in with the demo tenant key)
+  Earnings:  {base_url}/provider/earnings (sign in with the provider key)
+"""
+        if billing.demo_money(settings)
+        else ""
+    )
     return f"""
 GPU Share is up at {base_url}   (state in {Path(settings.data_dir).resolve()})
 Local agent: {gpus}; runtimes {runtimes}; {agent.sandbox.name} sandbox
 
   Admin key:        {creds.admin_key}
   Demo tenant key:  {creds.tenant_key}
-
+  Provider key:     {creds.provider_key}   (this machine's dashboard: pricing, earnings)
+{money}
 Try it: classify 8 digit images with the example model (uploaded for the demo tenant):
 
   curl -s -X POST {base_url}/v1/gpu/invoke {auth} \\

@@ -18,12 +18,16 @@ def register(sub: Any) -> None:
         help="upload a file as an artifact and print its URL for model_url / inputs_url",
         description="Upload a file (streamed, SHA-256 checked by the server, which refuses "
         "a file that is not what its kind says: an ONNX model, an NPZ of inputs, a CatBoost "
-        "train config). An identical live artifact of yours is reused instead of uploading "
-        "again. Artifacts expire after 24 h by default.",
+        "train config) under its file name. An identical live artifact of yours is reused "
+        "instead of uploading again. Artifacts expire after 24 h by default.",
     )
     parser.add_argument("path", help="the file to upload")
     parser.add_argument(
         "--kind", required=True, choices=["model", "inputs", "config"], help="what the file is"
+    )
+    parser.add_argument(
+        "--name",
+        help="the name to show for it (default: the file's name, without its directory)",
     )
     parser.add_argument(
         "--no-reuse", action="store_true", help="upload even if an identical artifact exists"
@@ -31,8 +35,9 @@ def register(sub: Any) -> None:
 
 
 def describe(artifact: "Artifact") -> str:
-    lines = [
+    lines = [  # the id first on the first line: scripts take it with `cut -d' ' -f1`
         f"{artifact.id}  {artifact.kind.value}  {artifact.size} bytes  sha256 {artifact.sha256}",
+        *([f"name:    {artifact.name}"] if artifact.name else []),
         f"url:     {artifact.url}",
         f"expires: {artifact.expires_at.isoformat()}",
     ]
@@ -48,6 +53,6 @@ def describe(artifact: "Artifact") -> str:
 
 
 def upload(args: argparse.Namespace, client: "Client", out: Output) -> int:
-    artifact = client.upload_artifact(args.path, args.kind, reuse=not args.no_reuse)
+    artifact = client.upload_artifact(args.path, args.kind, reuse=not args.no_reuse, name=args.name)
     out.result(describe(artifact), artifact)
     return EXIT_OK

@@ -53,6 +53,11 @@ class ModelSignature(BaseModel):
 
 class Artifact(BaseModel):
     id: str
+    name: str | None = Field(
+        default=None,
+        description="The uploaded file's name (`?name=` at upload, without any directory); "
+        "null when none was given (and for artifacts uploaded before names were kept)",
+    )
     url: str
     kind: ArtifactKind
     size: int

@@ -134,6 +134,10 @@ class Node(BaseModel):
     """A node as tenants see it (`GET /v1/nodes`)."""
 
     id: str
+    label: str | None = Field(
+        default=None,
+        description="What its provider calls the machine (1–64 characters); null: not named",
+    )
     status: NodeStatus
     gpus: list[NodeGpu]
     runtimes: list[RuntimeName]

@@ -44,6 +44,10 @@ class OfferGpus(BaseModel):
 
 class Offer(BaseModel):
     node_id: str
+    label: str | None = Field(
+        default=None,
+        description="What its provider calls the machine (1–64 characters); null: not named",
+    )
     status: NodeStatus = Field(description="online (a slot free) or busy")
     region: str | None
     tier: Tier

@@ -206,6 +206,7 @@ class EarningsTotal(BaseModel):
 class GpuEarnings(EarningsTotal):
     node_id: str
     hostname: str | None
+    label: str | None = Field(default=None, description="Your name for the machine")
     gpu_model: str
 
 
@@ -224,6 +225,7 @@ class EarningsEntry(BaseModel):
     at: datetime
     node_id: str
     hostname: str | None
+    label: str | None = Field(default=None, description="Your name for the machine")
     gpu_model: str
     gpus: int
     seconds: float

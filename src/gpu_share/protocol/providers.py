@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 
 from gpu_share.protocol.common import Email
 from gpu_share.protocol.hardware import HardwareProof
+from gpu_share.protocol.names import NodeLabel
 from gpu_share.protocol.nodes import (
     GpuInfo,
     NodeStatus,
@@ -41,6 +42,11 @@ class ProviderNode(BaseModel):
     """One of the provider's machines, as their dashboard shows it."""
 
     id: str
+    label: str | None = Field(
+        default=None,
+        description="Your name for the machine (PATCH /v1/provider/nodes/{node_id}); pages "
+        "show it, else its hostname",
+    )
     hostname: str
     status: NodeStatus
     gpus: list[GpuInfo]
@@ -70,6 +76,16 @@ class ProviderNode(BaseModel):
     verification: list[HardwareProof] = Field(
         default_factory=list,
         description="Each GPU's proof, in the order of `gpus` (a CPU node: its cores')",
+    )
+
+
+class ProviderNodeUpdate(BaseModel):
+    """`PATCH /v1/provider/nodes/{node_id}`: what a provider may change of their machine."""
+
+    label: NodeLabel | None = Field(
+        description="What to call the machine: 1–64 printable characters once trimmed, "
+        "shown in the marketplace and on every page that lists it; null clears it (pages "
+        "then show its hostname)",
     )
 
 

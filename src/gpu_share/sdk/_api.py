@@ -159,14 +159,16 @@ def list_artifacts(
     return parse(response, Page[Artifact])
 
 
-def find_artifact(c: ClientConfig, sha256: str, kind: ArtifactKind) -> Flow[Artifact | None]:
-    """A live artifact of yours with these bytes, far enough from expiry to be worth reusing."""
+def find_artifact(
+    c: ClientConfig, sha256: str, kind: ArtifactKind, name: str | None = None
+) -> Flow[Artifact | None]:
+    """A live artifact of yours with these bytes, far enough from expiry to be worth reusing:
+    one under `name` if there is one, else any (which keeps the name it was uploaded under)."""
     page = yield from list_artifacts(c, kind=kind, sha256=sha256, limit=10)
     soon = datetime.now(UTC) + REUSE_MIN_REMAINING
-    for artifact in page.items:
-        if artifact.expires_at > soon:
-            return artifact
-    return None
+    live = [artifact for artifact in page.items if artifact.expires_at > soon]
+    named = [artifact for artifact in live if name is not None and artifact.name == name]
+    return next(iter(named or live), None)
 
 
 def upload_artifact(
@@ -181,7 +183,7 @@ def upload_artifact(
     prepared: _sources.UploadSource = yield Offload(lambda: _sources.prepare(source, name))
     try:
         if reuse:
-            found = yield from find_artifact(c, prepared.sha256, kind)
+            found = yield from find_artifact(c, prepared.sha256, kind, prepared.filename)
             if found is not None:
                 log.info("reusing %s: same bytes as %s", found.id, prepared.name)
                 return found
@@ -190,12 +192,10 @@ def upload_artifact(
             prepared.on_progress = lambda sent: line.show(
                 _progress.upload_line(prepared.name, sent, prepared.size)
             )
-        request = ApiRequest(
-            "POST",
-            "/v1/artifacts",
-            params={"kind": kind.value, "content_sha256": prepared.sha256},
-            upload=prepared,
-        )
+        params = {"kind": kind.value, "content_sha256": prepared.sha256}
+        if prepared.filename is not None:
+            params["name"] = prepared.filename
+        request = ApiRequest("POST", "/v1/artifacts", params=params, upload=prepared)
         try:
             response = yield from send(request, c)
         except BaseException:

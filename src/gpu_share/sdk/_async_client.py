@@ -115,8 +115,10 @@ class AsyncClient:
         reuse: bool = True,
         name: str | None = None,
     ) -> Artifact:
-        """Streams `source` (path, bytes or binary file); an identical live artifact of
-        yours is returned instead of uploading again unless `reuse=False`."""
+        """Streams `source` (path, bytes or binary file) under `name`, else the file's own
+        name (bytes and unnamed streams go up without one). An identical live artifact of
+        yours is returned instead of uploading again unless `reuse=False`: one under the
+        same name if there is one, else any, which keeps the name it was uploaded under."""
         return await self._run(
             _api.upload_artifact(self.config, source, kind, reuse=reuse, name=name)
         )

@@ -29,6 +29,9 @@ class UploadSource:
     _read_from_start: Callable[[], Iterator[bytes]]
     on_progress: Callable[[int], None] | None = field(default=None, repr=False)
     _cleanup: Callable[[], None] | None = field(default=None, repr=False)
+    # The name the artifact is uploaded under (`?name=`): the one given, else a path's or
+    # a named file's; None for bytes or an unnamed stream (`name` is then only a label).
+    filename: str | None = None
 
     def chunks(self) -> Generator[bytes, None, None]:
         sent = 0
@@ -64,7 +67,9 @@ def prepare(source: FileSource, name: str | None = None) -> UploadSource:
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)
         sha256, size = sha256_chunks([data])
-        return UploadSource(name or f"{size} bytes", size, sha256, lambda: _slices(data))
+        return UploadSource(
+            name or f"{size} bytes", size, sha256, lambda: _slices(data), filename=name
+        )
     if isinstance(source, str | os.PathLike):
         return _from_path(Path(source), name)
     if hasattr(source, "read"):
@@ -96,13 +101,23 @@ def _from_path(path: Path, name: str | None) -> UploadSource:
             yield from _read_file(file)
 
     sha256, size = sha256_chunks(read())
-    return UploadSource(name or path.name, size, sha256, read)
+    return UploadSource(name or path.name, size, sha256, read, filename=name or path.name)
+
+
+def _file_name(file: IO[bytes]) -> str | None:
+    """A file opened from a path knows it; stdin's `<stdin>` and a descriptor's number
+    are no file names."""
+    raw = getattr(file, "name", None)
+    if not isinstance(raw, str) or not raw or raw.startswith("<"):
+        return None
+    return Path(raw).name or None
 
 
 def _from_file(file: IO[bytes], name: str | None) -> UploadSource:
-    label = name or str(getattr(file, "name", "file"))
+    filename = name or _file_name(file)
+    label = filename or str(getattr(file, "name", "file"))
     if not _seekable(file):
-        return _spooled(file, label)
+        return _spooled(file, label, filename)
     start = file.tell()
 
     def read() -> Iterator[bytes]:
@@ -110,7 +125,7 @@ def _from_file(file: IO[bytes], name: str | None) -> UploadSource:
         yield from _read_file(file)
 
     sha256, size = sha256_chunks(read())
-    return UploadSource(Path(label).name, size, sha256, read)
+    return UploadSource(Path(label).name, size, sha256, read, filename=filename)
 
 
 def _seekable(file: Any) -> bool:
@@ -120,7 +135,7 @@ def _seekable(file: Any) -> bool:
         return False
 
 
-def _spooled(file: IO[bytes], label: str) -> UploadSource:
+def _spooled(file: IO[bytes], label: str, filename: str | None) -> UploadSource:
     handle, raw = tempfile.mkstemp(prefix="gpu-share-upload-")
     path = Path(raw)
     try:
@@ -134,7 +149,9 @@ def _spooled(file: IO[bytes], label: str) -> UploadSource:
         with path.open("rb") as spooled:
             yield from _read_file(spooled)
 
-    return UploadSource(Path(label).name, size, sha256, read, _cleanup=lambda: _unlink(path))
+    return UploadSource(
+        Path(label).name, size, sha256, read, _cleanup=lambda: _unlink(path), filename=filename
+    )
 
 
 def _copied(chunks: Iterator[bytes], spool: IO[bytes]) -> Iterator[bytes]:

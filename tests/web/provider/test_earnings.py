@@ -84,7 +84,11 @@ async def test_a_provider_reads_earnings_and_sets_a_solana_payout_method(
     history = page.locator("#history + p + .table-wrap tbody")
     assert await history.get_by_text("held until").count() == 2
     assert "No payout method yet" in await page.locator(".earnings-stats").inner_text()
-    assert await page.locator("svg.earnings-chart path").count() == 2  # the chart drew
+    bars = await page.locator("#earnings-chart rect.bar").count()  # a bar a day earned
+    assert bars > 1
+    assert await page.locator("#earnings-chart text.unit").text_content() == "USDC"
+    await page.locator("#earnings-chart summary").click()
+    assert await page.locator("#earnings-chart details tbody tr").count() == bars
     per_model = await page.locator("#per-model + .table-wrap").inner_text()
     assert "NVIDIA H100 80GB HBM3" in per_model and "25.925" in per_model
     per_gpu = await page.locator("#per-gpu + .table-wrap").inner_text()

@@ -1,7 +1,9 @@
 """The provider's dashboard in a real browser: their machine appears Online with its GPUs
-and live telemetry; the tabs not filled yet say so honestly."""
+and live telemetry, under the name they give it; the tabs not filled yet say so honestly."""
 
 from pathlib import Path
+
+from playwright.async_api import expect
 
 from gpu_share.protocol.nodes import GpuInfo, GpuTelemetry, Telemetry
 from gpu_share.testing.applications import approved_provider
@@ -83,3 +85,45 @@ async def test_a_provider_sees_only_its_own_machines(live: Live) -> None:
         admin_page = await http.get("/admin")
         assert admin_page.status_code == 403  # a provider's cookie never reaches admin pages
     await other.aclose()
+
+
+async def test_a_provider_names_a_machine_and_sees_the_name_on_the_machines_page(
+    live: Live, browsing: Browsing, tmp_path: Path
+) -> None:
+    claimed = await approved_provider(live.http, APPLICATION)
+    key, token = claimed["api_key"], claimed["enrollment_token"]
+    agent = SimulatedAgent(live.base_url)
+    await agent.register(token)
+    await agent.client.update_inventory(inventory(gpus=[H100], hostname="vm"))
+    page = browsing.page
+    await sign_in(page, live.base_url, key)
+    machine = page.locator("section.machine")
+    await expect(machine.locator("h2")).to_contain_text("vm")
+
+    name = machine.get_by_label("Name", exact=True)
+    await name.fill(" x" * 40)  # 79 characters once trimmed: refused, kept in the field
+    await machine.get_by_role("button", name="Save name").click()
+    await expect(machine.get_by_role("alert")).to_contain_text("at most 64 characters")
+    await expect(name).to_have_value(("x " * 40).strip())
+    await page.wait_for_timeout(6_000)  # past a live refresh: the refusal stays on screen
+    await expect(machine.get_by_role("alert")).to_contain_text("at most 64 characters")
+
+    await name.fill("  Rack 7 · H100  ")
+    await machine.get_by_role("button", name="Save name").click()
+    await expect(page.get_by_text("vm is now called Rack 7 · H100.")).to_be_visible()
+    await expect(machine.locator("h2")).to_contain_text("Rack 7 · H100")
+    await expect(machine).to_contain_text(f"vm · {agent.node_id}")
+    await expect(name).to_have_value("Rack 7 · H100")
+    await screenshot(page, tmp_path, "provider-machine-named")
+
+    async with signed_in_client(live.base_url, key) as http:  # the live refresh keeps it
+        assert "Rack 7 · H100" in (await http.get("/provider/machines.part")).text
+    listed = await live.http.get("/v1/nodes", headers=live.tenant_headers)
+    assert [n["label"] for n in listed.json() if n["id"] == agent.node_id] == ["Rack 7 · H100"]
+
+    await name.fill("")  # no name: its hostname again
+    await machine.get_by_role("button", name="Save name").click()
+    await expect(page.get_by_text("vm has no name now.")).to_be_visible()
+    await expect(machine.locator("h2")).not_to_contain_text("Rack 7")
+    assert browsing.outside == []
+    await agent.aclose()

@@ -86,6 +86,10 @@ async def test_a_tenant_uploads_starts_and_follows_an_invoke_in_the_browser(
     assert await rows.count() == 2
     assert "inputs" in await rows.nth(0).inner_text()  # newest first
     assert "model" in await rows.nth(1).inner_text()
+    # Each under the name of the file it came from, its id beside it.
+    await expect(rows.nth(0).locator(".artifact-name")).to_have_text(DIGITS_INPUTS.name)
+    await expect(rows.nth(1).locator(".artifact-name")).to_have_text(DIGITS_MODEL.name)
+    await expect(rows.nth(1)).to_contain_text(re.compile(r"art_[0-9a-z]{26}"))
     await shoot(page, tmp_path, "artifacts")
 
     await nav(page, "Invokes").click()
@@ -98,6 +102,9 @@ async def test_a_tenant_uploads_starts_and_follows_an_invoke_in_the_browser(
         runtimes_offered, what="the invoke form offering the agent's runtimes", every=0.2
     )
     await page.get_by_label("Runtime", exact=True).select_option("onnx_cpu")
+    model_choice = page.locator("select#model option").first
+    await expect(model_choice).to_have_text(re.compile(rf"^{re.escape(DIGITS_MODEL.name)} \(art_…"))
+    await expect(page.locator("select#inputs option").nth(1)).to_contain_text(DIGITS_INPUTS.name)
     await page.get_by_label("Inputs", exact=True).select_option(index=1)  # the NPZ just uploaded
     await page.get_by_label("Timeout (seconds)").fill("120")
     await shoot(page, tmp_path, "invokes-form")
@@ -284,7 +291,7 @@ async def test_an_upload_over_the_quota_says_why_and_a_delete_makes_room(
     await shoot(page, tmp_path, "artifacts-over-quota")
     assert await page.locator("main table tbody tr").count() == 1  # nothing else was kept
 
-    await page.get_by_role("button", name=re.compile(r"^Delete art_")).click()
+    await page.get_by_role("button", name=f"Delete {DIGITS_MODEL.name} (art_", exact=False).click()
     assert await page.get_by_text(re.compile(r"Artifact art_\w+ is deleted\.")).is_visible()
     assert await page.get_by_text("No artifacts yet: upload a model below").is_visible()
     await upload(page, DIGITS_INPUTS, "inputs")  # room again

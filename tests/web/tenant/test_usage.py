@@ -144,8 +144,12 @@ async def test_an_admin_tops_up_and_the_tenant_sees_its_usage_in_a_browser(
             available = usdc_text(25_000_000 - spent)
             assert await page.locator("#available").inner_text() == f"{available} USDC"
             assert await page.locator("#reserved").inner_text() == "0 USDC"
-            chart = page.locator("svg.spark.earnings-chart path")
-            await expect(chart.first).to_be_attached()
+            bars = page.locator("#spend-chart rect.bar")
+            assert await bars.count() == 4  # 9, 5 and 2 days ago, and today
+            assert await page.locator("#spend-chart text.tick").count() == 5  # 0 to the top
+            label = await page.locator("#spend-chart svg").get_attribute("aria-labelledby")
+            title = await page.locator(f"#{label}").text_content()
+            assert title is not None and f"{usdc_text(spent)} USDC in all" in title
             runtimes = await page.locator("section[aria-labelledby=per-runtime] tbody").inner_text()
             assert "catboost_cpu" in runtimes and "3 USDC" in runtimes
             assert await page.get_by_role("link", name=job.invoke_id).count() == 1

@@ -129,6 +129,8 @@ class ArtifactRow(Base):
     expires_at: Mapped[datetime] = mapped_column(index=True)
     # A model's inputs and outputs (`ModelSignature`), read at upload; None for other kinds.
     signature: Mapped[dict[str, Any] | None]
+    # The uploaded file's name (`protocol.names.file_name`); None: uploaded without one.
+    name: Mapped[str | None] = mapped_column(String(200))
 
 
 class ServerSecretRow(Base):
@@ -185,6 +187,8 @@ class NodeRow(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     provider_id: Mapped[str] = mapped_column(ForeignKey("providers.id"), index=True)
     hostname: Mapped[str] = mapped_column(String(255))
+    # What the provider calls the machine (`protocol.names.NodeLabel`); None: not named.
+    label: Mapped[str | None] = mapped_column(String(64))
     agent_version: Mapped[str] = mapped_column(String(50))
     os: Mapped[str | None] = mapped_column(String(200))
     cpu_model: Mapped[str | None] = mapped_column(String(200))

@@ -131,6 +131,11 @@ class Settings(BaseSettings):
     )
 
     billing: BillingMode = BillingMode.PREPAID
+    demo_money: bool = Field(
+        default=False,
+        description="`gpu-share up`: the demo tenant's balance and the local node's price "
+        "are demo money, and the consoles say so (prepaid billing only)",
+    )
     commission_bps: int = Field(
         default=1_500, ge=0, le=5_000, description="The platform's share of each charge, in 1/100 %"
     )

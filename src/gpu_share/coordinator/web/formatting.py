@@ -1,11 +1,14 @@
-"""How pages show times, sizes, money, scores and statuses: Jinja2 filters, one place."""
+"""How pages show times, sizes, money, scores, statuses and names: Jinja2 filters, one
+place."""
 
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from gpu_share.coordinator.services.providers import reliability_formula
+from gpu_share.protocol.artifacts import Artifact
 from gpu_share.protocol.money import usdc_text
+from gpu_share.protocol.names import node_display_name
 from gpu_share.protocol.reliability import Reliability, percent_text
 
 
@@ -45,6 +48,11 @@ def megabytes(mb: int | None) -> str:
 
 def usdc(micro: int | None) -> str:
     return "—" if micro is None else usdc_text(micro) + " USDC"
+
+
+def usdc_figure(micro: int | None) -> str:
+    """The amount alone, for a page that shows its unit apart ("12.5", then "USDC")."""
+    return "—" if micro is None else usdc_text(micro)
 
 
 def percent(fraction: float | None) -> str:
@@ -89,15 +97,41 @@ def label(value: Any) -> str:
     return str(getattr(value, "value", value)).replace("_", " ")
 
 
+def short_id(value: str) -> str:
+    """`art_…x7k2ab`: an id's prefix and its last, random, characters; enough to tell
+    apart the few a list shows (the start of an id is its creation time, shared by
+    things made together)."""
+    prefix, _, rest = value.partition("_")
+    return f"{prefix}_…{rest[-6:]}" if len(rest) > 8 else value
+
+
+def artifact_name(artifact: Artifact) -> str:
+    """`model.onnx (art_…x7k2ab)`, or the id of an artifact uploaded without a name."""
+    if artifact.name is None:
+        return artifact.id
+    return f"{artifact.name} ({short_id(artifact.id)})"
+
+
+def node_name(node: Any) -> str:
+    """A machine as pages call it: its provider's label, else its hostname, else its id.
+    Takes anything with `label` and an `id` or `node_id` (a hostname where it has one)."""
+    node_id = str(getattr(node, "id", None) or getattr(node, "node_id", ""))
+    return node_display_name(getattr(node, "label", None), getattr(node, "hostname", None), node_id)
+
+
 FILTERS: dict[str, Callable[..., str]] = {
     "when": when,
     "ago": ago,
     "size": size,
     "megabytes": megabytes,
     "usdc": usdc,
+    "usdc_figure": usdc_figure,
     "percent": percent,
     "reliability": reliability,
     "reliability_parts": reliability_parts,
     "no_history": no_history,
     "label": label,
+    "short_id": short_id,
+    "artifact_name": artifact_name,
+    "node_name": node_name,
 }

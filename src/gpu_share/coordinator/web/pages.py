@@ -27,6 +27,7 @@ from gpu_share.coordinator.http.replica import ReplicaDep
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.accounts import accounts, browser_sessions
 from gpu_share.coordinator.services.accounts.browser_sessions import Closed
+from gpu_share.coordinator.services.money import billing
 from gpu_share.coordinator.services.nodes import gpu_catalog
 from gpu_share.coordinator.web import TEMPLATE_DIR, session
 from gpu_share.coordinator.web.application_form import entry_indices, label_of
@@ -147,6 +148,11 @@ class Browser:
 
     def now(self) -> datetime:
         return self.replica.clock.now()
+
+    @property
+    def demo_money(self) -> bool:
+        """`gpu-share up`'s demo balance and prices: every signed-in page says so."""
+        return self.principal is not None and billing.demo_money(self.replica.settings)
 
     def render(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = ENV.get_template(template).render(

@@ -1,5 +1,5 @@
-"""A provider's own view (Bearer gpu_pk_…): their account, their machines, the machines'
-benchmark runs, and their hardware declared against proven."""
+"""A provider's own view (Bearer gpu_pk_…): their account, their machines (and what they
+call them), the machines' benchmark runs, and their hardware declared against proven."""
 
 from datetime import timedelta
 from typing import Annotated
@@ -14,7 +14,7 @@ from gpu_share.coordinator.services.nodes import nodes
 from gpu_share.coordinator.services.providers import benchmarks, declared_hardware, providers
 from gpu_share.protocol import benchmarks as wire
 from gpu_share.protocol.hardware import ProviderHardware
-from gpu_share.protocol.providers import Provider, ProviderNode
+from gpu_share.protocol.providers import Provider, ProviderNode, ProviderNodeUpdate
 
 router = APIRouter(prefix="/v1/provider", tags=["provider"])
 
@@ -49,6 +49,23 @@ async def my_nodes(
             replica.clock.now(),
             replica.settings,
             history=timedelta(minutes=history_minutes),
+        )
+
+
+@router.patch("/nodes/{node_id}", response_model=ProviderNode, responses=errors(*AUTH, 404, 422))
+async def update_node(
+    node_id: NodeId, body: ProviderNodeUpdate, provider: ProviderPrincipal, replica: ReplicaDep
+) -> ProviderNode:
+    """Name your machine: the `label` shows in the marketplace, node lists and your pages
+    instead of its hostname (`null` clears it). Another provider's node is a 404."""
+    async with replica.db.write() as session:
+        return await nodes.set_label(
+            session,
+            provider.provider_id,
+            node_id,
+            body.label,
+            replica.clock.now(),
+            replica.settings,
         )
 
 

@@ -48,6 +48,15 @@ async def upload_artifact(
             description="SHA-256 of the body, hex; verified, required when CHECKSUM_MODE=enforce"
         ),
     ] = None,
+    name: Annotated[
+        str | None,
+        Query(
+            max_length=1024,
+            description="The file's name, shown in the console and returned as `name`: "
+            "1–200 printable characters once trimmed; any directory part is dropped "
+            "(`runs/7/model.onnx` is kept as `model.onnx`)",
+        ),
+    ] = None,
 ) -> Artifact:
     """Upload a model, inputs or config; use the returned `url` as `model_url` or `inputs_url`.
 
@@ -56,12 +65,17 @@ async def upload_artifact(
     archive numpy can read, a config a CatBoost train config. Otherwise `422
     VALIDATION_ERROR` says what is wrong and what to send; nothing is stored and no quota
     is used.
+
+    Each upload is an artifact of its own with its own `name`, even when its bytes are
+    already stored for another (they are kept once): uploading the same file again under
+    another name lists it under both names.
     """
     upload = artifacts.UploadRequest(
         tenant_id=tenant.tenant_id,
         kind=ArtifactKind(kind.value),
         content_sha256=content_sha256,
         declared_length=declared_length(request),
+        name=name,
     )
     return await artifacts.upload(
         replica.db,

@@ -9,13 +9,17 @@ transaction) → one write transaction that re-checks the quota under the tenant
 lock and records the artifact → delete what turned out not to be needed. Any failure on
 the way deletes the temporary or fresh object, so nothing is stored and the quota is
 unchanged.
+
+Every upload is an artifact of its own, with its own id, name and expiry, even when a
+blob already holds its bytes: the same file uploaded again under another name is listed
+under both names (the SDK's `reuse` looks for a live one first; see `sdk._api`).
 """
 
 import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, exists, func, select, update
@@ -38,6 +42,7 @@ from gpu_share.coordinator.services.artifacts import upload_checks
 from gpu_share.coordinator.storage import ArtifactStore, UploadSink
 from gpu_share.protocol.artifacts import Artifact, ArtifactKind, ModelSignature
 from gpu_share.protocol.errors import ErrorCode
+from gpu_share.protocol.names import file_name
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,17 @@ class UploadRequest:
     kind: ArtifactKind
     content_sha256: str | None
     declared_length: int | None
+    name: str | None = None  # as sent; checked by `upload` (`protocol.names.file_name`)
+
+
+def checked_name(raw: str) -> str:
+    """The file name to keep, any directory part dropped; 422 naming what is wrong."""
+    try:
+        return file_name(raw)
+    except ValueError as error:
+        raise field_error(
+            "name", f"{error}; send the file's own name, e.g. ?name=model.onnx"
+        ) from None
 
 
 def artifact_url(base_url: str, artifact_id: str) -> str:
@@ -60,6 +76,7 @@ def artifact_url(base_url: str, artifact_id: str) -> str:
 def to_wire(row: ArtifactRow, base_url: str) -> Artifact:
     return Artifact(
         id=row.id,
+        name=row.name,
         url=artifact_url(base_url, row.id),
         kind=ArtifactKind(row.kind),
         size=row.size,
@@ -154,6 +171,8 @@ async def upload(
             "required while the server enforces checksums (CHECKSUM_MODE=enforce); "
             "pass the SHA-256 of the body as ?content_sha256=HEX",
         )
+    if request.name is not None:
+        request = replace(request, name=checked_name(request.name))
     limit = upload_limit(settings, request.kind)
     quota = settings.tenant_quota_bytes  # uploads, job outputs and checkpoints alike
     if request.declared_length is not None and request.declared_length > limit:
@@ -340,6 +359,7 @@ async def _insert_artifact(
         created_at=now,
         expires_at=now + timedelta(seconds=settings.artifact_ttl_sec),
         signature=signature.model_dump(mode="json") if signature else None,
+        name=request.name,
     )
     session.add(row)
     await session.flush()

@@ -112,6 +112,7 @@ def to_offer(node: NodeRow, running: int, now: datetime, settings: Settings) -> 
     topology = _topology(node)
     return Offer(
         node_id=node.id,
+        label=node.label,
         status=node_status(node, now, running, settings.node_offline_after_sec),
         region=node.region,
         tier=Tier(node.tier),

@@ -3,7 +3,8 @@
 sessions `session_billing`), a tenant's balance, usage and top-ups (`tenant_billing`), a
 provider's earnings (`earnings`), held until they can be trusted (`earnings_hold`) and
 taken back from a cheat while held (`clawbacks`), and payouts (`payouts`,
-`payout_batches`, `payout_calendar`, `payout_mails`). Owns `ledger_accounts`,
+`payout_batches`, `payout_calendar`, `payout_mails`), and the platform's totals for the
+admin overview (`books`). Owns `ledger_accounts`,
 `ledger_transactions`, `ledger_entries`, `earnings_holds`, `payout_batches`, `payouts`."""
 
 __all__ = ["billing", "clawbacks", "ledger", "session_billing"]

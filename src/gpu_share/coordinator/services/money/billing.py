@@ -395,3 +395,8 @@ def cost_text(micro: int | None) -> str | None:
 
 def prepaid(settings: Settings) -> bool:
     return settings.billing is BillingMode.PREPAID
+
+
+def demo_money(settings: Settings) -> bool:
+    """Whether balances and prices here are `gpu-share up`'s demo money (pages say so)."""
+    return settings.demo_money and prepaid(settings)

@@ -157,24 +157,27 @@ def total(items: Iterable[Charge]) -> EarningsTotal:
     )
 
 
-async def _hostnames(session: AsyncSession, node_ids: set[str]) -> dict[str, str]:
+NodeNames = dict[str, tuple[str, str | None]]  # node id: (hostname, provider's label)
+
+
+async def _node_names(session: AsyncSession, node_ids: set[str]) -> NodeNames:
     if not node_ids:
         return {}
     rows = await session.execute(
-        select(NodeRow.id, NodeRow.hostname).where(NodeRow.id.in_(node_ids))
+        select(NodeRow.id, NodeRow.hostname, NodeRow.label).where(NodeRow.id.in_(node_ids))
     )
-    return dict(rows.all())
+    return {node_id: (hostname, label) for node_id, hostname, label in rows.all()}
 
 
-def entry(
-    charge: Charge, hostnames: dict[str, str], payable_at: datetime | None = None
-) -> EarningsEntry:
+def entry(charge: Charge, names: NodeNames, payable_at: datetime | None = None) -> EarningsEntry:
     d = charge.details
     node_id = str(d.get("node_id", ""))
+    hostname, label = names.get(node_id, (None, None))
     return EarningsEntry(
         at=charge.at,
         node_id=node_id,
-        hostname=hostnames.get(node_id),
+        hostname=hostname,
+        label=label,
         gpu_model=str(d.get("gpu_model", "")),
         gpus=int(d.get("gpus", 1)),
         seconds=float(d.get("seconds", 0)),
@@ -215,19 +218,27 @@ async def earnings(
         by_gpu[(node_id, model)].append(charge)
         by_model[model].append(charge)
         by_day[charge.at.date()] += charge.amount_micro
-    hostnames = await _hostnames(
+    names = await _node_names(
         session,
         {n for n, _ in by_gpu}
         | {str(c.details.get("node_id", "")) for c in in_range[:history_limit]},
     )
     per_gpu = [
-        GpuEarnings(node_id=n, hostname=hostnames.get(n), gpu_model=m, **total(items).model_dump())
+        GpuEarnings(
+            node_id=n,
+            hostname=names.get(n, (None, None))[0],
+            label=names.get(n, (None, None))[1],
+            gpu_model=m,
+            **total(items).model_dump(),
+        )
         for (n, m), items in by_gpu.items()
     ]
     per_model = [
         ModelEarnings(gpu_model=m, **total(items).model_dump()) for m, items in by_model.items()
     ]
-    per_gpu.sort(key=lambda g: (-to_micro(g.amount), g.hostname or g.node_id, g.gpu_model))
+    per_gpu.sort(
+        key=lambda g: (-to_micro(g.amount), g.label or g.hostname or g.node_id, g.gpu_model)
+    )
     per_model.sort(key=lambda g: (-to_micro(g.amount), g.gpu_model))
     shown = in_range[:history_limit]
     held = await ledger.balance(session, ledger.provider_held(provider_id))
@@ -258,7 +269,7 @@ async def earnings(
             )
             for i in range((last - first).days + 1)
         ],
-        history=[entry(c, hostnames, c.payable_at(hold)) for c in shown],
+        history=[entry(c, names, c.payable_at(hold)) for c in shown],
         history_limit=history_limit,
     )
 
@@ -323,7 +334,7 @@ async def earnings_csv(
     hold lengths in force; without them that cell is left empty)."""
     first, last = date_range(now, since, until)
     found = await charges(session, provider_id, midnight(first), midnight(last + timedelta(days=1)))
-    hostnames = await _hostnames(session, {str(c.details.get("node_id", "")) for c in found})
+    names = await _node_names(session, {str(c.details.get("node_id", "")) for c in found})
     rows = [
         [
             e.at.isoformat(),
@@ -341,7 +352,7 @@ async def earnings_csv(
             e.payable_at.isoformat() if e.payable_at else "",
         ]
         for charge, e in (
-            (charge, entry(charge, hostnames, charge.payable_at(hold) if hold else None))
+            (charge, entry(charge, names, charge.payable_at(hold) if hold else None))
             for charge in reversed(found)
         )
     ]

@@ -187,6 +187,7 @@ def gpu_benchmark_score(row: NodeRow, gpu: dict[str, Any]) -> float | None:
 def to_wire(row: NodeRow, status: NodeStatus, running: int, now: datetime) -> Node:
     return Node(
         id=row.id,
+        label=row.label,
         status=status,
         gpus=[
             NodeGpu(
@@ -339,26 +340,59 @@ async def of_provider(
         else {}
     )
     return [
-        ProviderNode(
-            id=row.id,
-            hostname=row.hostname,
-            status=node_status(row, now, running.get(row.id, 0), settings.node_offline_after_sec),
-            gpus=[GpuInfo.model_validate(gpu) for gpu in row.gpus],
-            runtimes=known(row),
-            sandbox=SandboxKind(row.sandbox),
-            region=row.region,
-            tier=Tier(row.tier),
-            cpu_count=row.cpu_count,
-            ram_mb=row.ram_mb,
-            agent_version=row.agent_version,
-            running_jobs=running.get(row.id, 0),
-            max_concurrent_jobs=row.max_concurrent_jobs,
-            registered_at=row.registered_at,
-            last_seen_at=row.last_seen_at,
-            telemetry=Telemetry.model_validate(row.telemetry) if row.telemetry else None,
-            recent=recent.get(row.id, []),
-            verified=node_verified(row),
-            verification=hardware_proofs(row),
-        )
+        _provider_node(row, running.get(row.id, 0), now, settings, recent.get(row.id, []))
         for row in rows
     ]
+
+
+def _provider_node(
+    row: NodeRow,
+    running: int,
+    now: datetime,
+    settings: Settings,
+    recent: list[TelemetrySample],
+) -> ProviderNode:
+    return ProviderNode(
+        id=row.id,
+        label=row.label,
+        hostname=row.hostname,
+        status=node_status(row, now, running, settings.node_offline_after_sec),
+        gpus=[GpuInfo.model_validate(gpu) for gpu in row.gpus],
+        runtimes=known(row),
+        sandbox=SandboxKind(row.sandbox),
+        region=row.region,
+        tier=Tier(row.tier),
+        cpu_count=row.cpu_count,
+        ram_mb=row.ram_mb,
+        agent_version=row.agent_version,
+        running_jobs=running,
+        max_concurrent_jobs=row.max_concurrent_jobs,
+        registered_at=row.registered_at,
+        last_seen_at=row.last_seen_at,
+        telemetry=Telemetry.model_validate(row.telemetry) if row.telemetry else None,
+        recent=recent,
+        verified=node_verified(row),
+        verification=hardware_proofs(row),
+    )
+
+
+async def set_label(
+    session: AsyncSession,
+    provider_id: str,
+    node_id: str,
+    label: str | None,
+    now: datetime,
+    settings: Settings,
+) -> ProviderNode:
+    """Name the provider's machine (None: unnamed again); another's node is a 404.
+
+    `label` comes checked (`protocol.names.NodeLabel`). Only the provider sets it: an
+    agent re-registering keeps it, as it keeps the schedule.
+    """
+    row = await session.get(NodeRow, node_id)
+    if row is None or row.provider_id != provider_id:
+        raise NotFound(f"no node {node_id} of yours")  # another's node is not even confirmed
+    row.label = label
+    await session.flush()
+    running = await running_counts(session)
+    return _provider_node(row, running.get(row.id, 0), now, settings, [])

@@ -185,24 +185,41 @@ class NodeOwner:
     agent_version: str
     provider_id: str
     provider_name: str
+    label: str | None = None
+
+    @property
+    def name(self) -> str:
+        """What pages call the machine: its provider's label, else its hostname."""
+        return self.label or self.hostname
 
 
 async def node_owners(session: AsyncSession) -> dict[str, NodeOwner]:
     rows = await session.execute(
         select(
-            NodeRow.id, NodeRow.hostname, NodeRow.agent_version, ProviderRow.id, ProviderRow.name
+            NodeRow.id,
+            NodeRow.hostname,
+            NodeRow.agent_version,
+            ProviderRow.id,
+            ProviderRow.name,
+            NodeRow.label,
         ).join(ProviderRow, ProviderRow.id == NodeRow.provider_id)
     )
     return {
-        node_id: NodeOwner(hostname, version, provider_id, provider_name)
-        for node_id, hostname, version, provider_id, provider_name in rows.all()
+        node_id: NodeOwner(hostname, version, provider_id, provider_name, label)
+        for node_id, hostname, version, provider_id, provider_name, label in rows.all()
     }
 
 
 async def key_owners(session: AsyncSession) -> dict[str, str]:
-    """Each key's owner in words: the tenant's or provider's name, and a node's host."""
+    """Each key's owner in words: the tenant's or provider's name, and a node's name (its
+    provider's label, else its hostname)."""
     rows = await session.execute(
-        select(ApiKeyRow.id, TenantRow.name, ProviderRow.name, NodeRow.hostname)
+        select(
+            ApiKeyRow.id,
+            TenantRow.name,
+            ProviderRow.name,
+            func.coalesce(NodeRow.label, NodeRow.hostname),
+        )
         .outerjoin(TenantRow, TenantRow.id == ApiKeyRow.tenant_id)
         .outerjoin(ProviderRow, ProviderRow.id == ApiKeyRow.provider_id)
         .outerjoin(NodeRow, NodeRow.id == ApiKeyRow.node_id)

@@ -367,7 +367,7 @@ async def provider_history(
 async def published_for_provider(session: AsyncSession, provider_id: str) -> ProviderReliability:
     provider = await session.get(ProviderRow, provider_id)
     rows = await session.execute(
-        select(NodeRow.id, NodeRow.hostname, NodeRow.reliability)
+        select(NodeRow.id, NodeRow.hostname, NodeRow.label, NodeRow.reliability)
         .where(NodeRow.provider_id == provider_id)
         .order_by(NodeRow.registered_at, NodeRow.id)
     )
@@ -375,7 +375,10 @@ async def published_for_provider(session: AsyncSession, provider_id: str) -> Pro
         provider=stored_reliability(provider.reliability) if provider is not None else None,
         nodes=[
             NodeReliability(
-                node_id=r.id, hostname=r.hostname, reliability=stored_reliability(r.reliability)
+                node_id=r.id,
+                hostname=r.hostname,
+                label=r.label,
+                reliability=stored_reliability(r.reliability),
             )
             for r in rows
         ],

@@ -75,7 +75,7 @@ async def nodes_view(
             issued=issued,
             errors=token_errors,
         )
-    listed.sort(key=lambda n: (NODE_ORDER.get(n.status, 3), owners[n.id].hostname, n.id))
+    listed.sort(key=lambda n: (NODE_ORDER.get(n.status, 3), owners[n.id].name, n.id))
     return browser.render(
         "admin/nodes.html",
         status=status,

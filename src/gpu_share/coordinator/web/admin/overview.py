@@ -1,10 +1,12 @@
-"""The admin's overview (what waits for them, counts across the platform) and the mail
-outbox (every mail the platform sent, still has to send, or gave up, with why)."""
+"""The admin's overview (what waits for them, the platform's money from the ledger,
+counts across the platform) and the mail outbox (every mail the platform sent, still has
+to send, or gave up, with why)."""
 
 from fastapi import APIRouter
 from fastapi.responses import Response
 
 from gpu_share.coordinator.services.mail import outbox
+from gpu_share.coordinator.services.money import books
 from gpu_share.coordinator.services.platform import overview
 from gpu_share.coordinator.services.providers import provider_applications
 from gpu_share.coordinator.services.trust import incidents, spot_checks
@@ -29,9 +31,12 @@ async def overview_page(signed: SignedAdmin) -> Response:
         )
         checks_waiting = await spot_checks.waiting(db)
         caught = len(await incidents.listed(db, limit=incidents.LIST_LIMIT))
+        money = await books.platform_money(db, browser.now(), replica.settings.payout_minimum_micro)
     return browser.render(
         "admin/overview.html",
         counts=counts,
+        money=money,
+        billing=replica.settings.billing.value,
         waiting=waiting,
         checks_waiting=checks_waiting,
         caught=caught,

@@ -11,6 +11,7 @@ from gpu_share.coordinator.core.errors import ValidationFailed
 from gpu_share.coordinator.services.money import earnings, payouts
 from gpu_share.coordinator.services.money.earnings_hold import HoldPolicy
 from gpu_share.coordinator.services.money.payout_calendar import month_start, week_start
+from gpu_share.coordinator.web import charts
 from gpu_share.coordinator.web.pages import SignedProvider
 from gpu_share.protocol.money import to_micro
 
@@ -53,7 +54,7 @@ async def earnings_page(
             now.astimezone(UTC).date(),
             replica.settings.payout_minimum_micro,
         )
-    daily = [to_micro(d.amount) for d in found.daily]
+    chart = charts.daily_bars("Earned per day", [(d.day, to_micro(d.amount)) for d in found.daily])
     return browser.render(
         "provider/earnings.html",
         status=422 if errors else 200,
@@ -64,7 +65,7 @@ async def earnings_page(
             "since": since or found.since.isoformat(),
             "until": until or found.until.isoformat(),
         },
-        chart=daily,
+        chart=chart,
         best_day=max(found.daily, key=lambda d: to_micro(d.amount), default=None),
         commission_pct=replica.settings.commission_bps / 100,
         today=now.astimezone(UTC).date(),

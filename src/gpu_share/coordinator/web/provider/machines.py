@@ -1,20 +1,22 @@
-"""The provider's dashboard (SPEC §5): their machines with live status and telemetry and
-what hardware challenges proved of them (against what their application declared), the
-enrollment tokens their agents register with, and the tabs later work fills (benchmarks,
-pricing, earnings, payouts, performance)."""
+"""The provider's dashboard (SPEC §5): their machines with live status and telemetry, what
+hardware challenges proved of them (against what their application declared) and the
+names the provider gives them, the enrollment tokens their agents register with, and the
+tabs later work fills (benchmarks, pricing, earnings, payouts, performance)."""
 
 from datetime import timedelta
 
 from fastapi import APIRouter
 from fastapi.responses import Response
 
+from gpu_share.coordinator.core.errors import NotFound
 from gpu_share.coordinator.http.replica import public_url
 from gpu_share.coordinator.services.nodes import nodes
 from gpu_share.coordinator.services.providers import declared_hardware, providers
 from gpu_share.coordinator.services.trust import challenge_status
 from gpu_share.coordinator.services.work import reservation_holds
 from gpu_share.coordinator.web import enrollment
-from gpu_share.coordinator.web.pages import Browser, SignedProvider
+from gpu_share.coordinator.web.pages import Browser, SignedProvider, form_of, text
+from gpu_share.protocol.names import NODE_LABEL_MAX, display_text
 from gpu_share.protocol.providers import IssuedEnrollmentToken, ProviderNode
 
 router = APIRouter(prefix="/provider", include_in_schema=False)
@@ -66,9 +68,11 @@ async def machines_view(
     *,
     issued: IssuedEnrollmentToken | None = None,
     token_errors: dict[str, str] | None = None,
+    label_error: tuple[str, str, str] | None = None,
     status: int = 200,
 ) -> Response:
-    """The page, with an enrollment token just issued (shown this once) or a refusal."""
+    """The page, with an enrollment token just issued (shown this once) or a refusal (of a
+    token, or of a machine's name: `label_error` is the node, the name typed, why)."""
     async with browser.replica.db.read() as session:
         account = await providers.get(session, provider_id)
         hardware = await declared_hardware.of_provider(session, provider_id)
@@ -91,6 +95,7 @@ async def machines_view(
         charts={m.id: charts(m) for m in machines},
         live_every=LIVE_EVERY_SEC,
         base=public_url(browser.replica),
+        label_error=label_error,
         **tokens,
     )
 
@@ -113,6 +118,46 @@ async def machines_fragment(signed: SignedProvider) -> Response:
         charts={m.id: charts(m) for m in machines},
         base=public_url(browser.replica),
     )
+
+
+@router.post("/machines/{node_id}/label")
+async def save_label(node_id: str, signed: SignedProvider) -> Response:
+    """Name a machine; an empty name clears it (pages show its hostname again)."""
+    browser, provider = signed
+    form = await form_of(browser)
+    entered = text(form, "label")
+    try:
+        label = display_text(entered, max_length=NODE_LABEL_MAX) if entered else None
+    except ValueError as error:
+        return await machines_view(
+            browser,
+            provider.provider_id,
+            label_error=(node_id, entered, f"Name: {error}."),
+            status=422,
+        )
+    try:
+        async with browser.replica.db.write() as session:
+            saved = await nodes.set_label(
+                session,
+                provider.provider_id,
+                node_id,
+                label,
+                browser.now(),
+                browser.replica.settings,
+            )
+    except NotFound:
+        return browser.render(
+            "public/message.html",
+            status=404,
+            title="No such machine",
+            message="You have no machine with that id.",
+        )
+    said = (
+        f"{saved.hostname} is now called {label}."
+        if label
+        else f"{saved.hostname} has no name now."
+    )
+    return browser.redirect(f"/provider#machine-{node_id}", flash=said)
 
 
 @router.get("/{tab}")

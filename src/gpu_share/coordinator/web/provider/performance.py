@@ -156,7 +156,7 @@ def field_label(name: str) -> str:
 async def _editor(browser: Browser, provider_id: str, node_id: str) -> tuple[str, Availability]:
     async with browser.replica.db.read() as session:
         node = await schedules.own_node(session, provider_id, node_id)
-        return node.hostname, schedules.availability_of(node)
+        return node.label or node.hostname, schedules.availability_of(node)
 
 
 def _render(

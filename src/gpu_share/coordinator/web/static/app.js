@@ -67,7 +67,12 @@ function liveRegions() {
     const refresh = async () => {
       try {
         const response = await fetch(region.dataset.live, { credentials: "same-origin", headers: { Accept: "text/html" } });
-        if (response.ok) {
+        // Not while a form in it (a machine's name) is being typed into, holds what was
+        // typed, or says what is wrong with it: the swap would lose that.
+        const busy = [...region.querySelectorAll("input, select, textarea")].some((field) =>
+          field === document.activeElement || field.getAttribute("aria-invalid") === "true" ||
+          (field.type !== "hidden" && "defaultValue" in field && field.value !== field.defaultValue));
+        if (response.ok && !busy) {
           region.innerHTML = await response.text();
           drawAllSparks(region);
         }

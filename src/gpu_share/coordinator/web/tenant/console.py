@@ -44,7 +44,6 @@ router = APIRouter(include_in_schema=False)
 
 PAGE_SIZE = 25
 RECENT = 5
-NAME_CHARS = 120
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -177,12 +176,13 @@ async def upload_artifact(
             kind=ArtifactKind(kind),
             content_sha256=content_sha256 or None,
             declared_length=declared_length(browser.request),
+            name=name or None,
         ),
         browser.request.stream(),
         browser.now(),
         base_url(replica, browser.request),
     )
-    label = name.strip()[:NAME_CHARS] or "The file"
+    label = stored.name or "The file"
     response = JSONResponse({"next": "/console/artifacts", "id": stored.id}, status_code=201)
     response.set_cookie(
         FLASH_COOKIE,

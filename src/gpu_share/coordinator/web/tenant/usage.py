@@ -11,6 +11,7 @@ from fastapi.responses import Response
 
 from gpu_share.coordinator.core.errors import ValidationFailed
 from gpu_share.coordinator.services.money import tenant_billing
+from gpu_share.coordinator.web import charts
 from gpu_share.coordinator.web.pages import SignedTenant
 from gpu_share.protocol.billing import UsageGroup
 from gpu_share.protocol.money import to_micro
@@ -51,8 +52,10 @@ async def usage_page(request: Request, signed: SignedTenant) -> Response:
         found = await tenant_billing.charges(session, tenant.tenant_id, start, end)
     by_day = tenant_billing.summarize(tenant.tenant_id, found, UsageGroup.DAY, start, end)
     by_runtime = tenant_billing.summarize(tenant.tenant_id, found, UsageGroup.RUNTIME, start, end)
-    chart = [to_micro(line.cost) / 1_000_000 for line in by_day.lines]
-    busiest = max(by_day.lines, key=lambda line: to_micro(line.cost)) if found else None
+    chart = charts.daily_bars(
+        "Spent per day",
+        [(date.fromisoformat(line.key), to_micro(line.cost)) for line in by_day.lines],
+    )
     query = f"from={start.isoformat()}&to={end.isoformat()}"
     return browser.render(
         "tenant/usage.html",
@@ -64,7 +67,6 @@ async def usage_page(request: Request, signed: SignedTenant) -> Response:
         count=len(found),
         refunds=sum(1 for charge in found if charge.refunded_at is not None),
         chart=chart,
-        busiest=busiest,
         entered=entered,
         errors=errors,
         dates=DATES,
