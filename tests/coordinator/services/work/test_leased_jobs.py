@@ -9,11 +9,12 @@ import httpx
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import TenantHandle
+from gpu_share.testing.models import identity_model
 from gpu_share.testing.simulated_agent import AgentFactory
 from tests.coordinator.services.work.test_invokes import upload
 from tests.coordinator.services.work.test_leases import CPU_HELLO, status_of, submit
 
-MODEL = b"model bytes"
+MODEL = identity_model("leased")  # uploads are checked: a model must be an ONNX graph
 
 
 async def test_a_platform_artifact_is_leased_as_a_signed_link_with_its_own_checksum(
