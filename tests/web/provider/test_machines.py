@@ -63,6 +63,14 @@ async def test_the_dashboard_shows_a_machine_online_with_live_telemetry(
         assert "NVIDIA H100 80GB HBM3" in await machine.inner_text()
         assert "90" in await machine.locator("td").nth(1).inner_text()
         assert await machine.locator("svg.spark path").count() >= 2  # charts drew
+        # Each chart names its scale and its time range: fixed tops from the page (the
+        # GPU's memory, 100 % and 100 °C), the power's from the values drawn (350 W).
+        scales = await machine.locator("figcaption.spark-scale").all_inner_texts()
+        for top in ("0–100 %", "0–79.6 GiB", "0–100 °C"):
+            assert any(text.startswith(top) for text in scales), (top, scales)
+        power = await machine.locator("td").nth(4).locator("[data-spark-top]").inner_text()
+        assert power.startswith("0–") and power.endswith(" W") and int(power[2:-2]) > 350, power
+        assert all("last 15 min" in text for text in scales), scales
         await screenshot(page, tmp_path, "provider-machines")
 
     await page.get_by_role("link", name="Earnings").click()

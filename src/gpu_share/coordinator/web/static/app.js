@@ -40,23 +40,30 @@ function addEntry(button) {
   copy.querySelector("select").focus();
 }
 
-// Charts: a sparkline of `values` (oldest first) drawn into an <svg class="spark">.
+// Charts: a sparkline of `values` (oldest first) drawn into an <svg class="spark">;
+// returns the top of its scale (null when there is nothing to draw).
 function drawSpark(svg, values, max) {
   const width = 200, height = 40;
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   svg.setAttribute("preserveAspectRatio", "none");
   const numbers = values.filter((v) => v !== null && v !== undefined);
-  if (numbers.length < 2) { svg.innerHTML = ""; return; }
+  if (numbers.length < 2) { svg.innerHTML = ""; return null; }
   const top = max || Math.max(...numbers, 1) * 1.25;  // no scale given: leave headroom
   const step = width / (values.length - 1);
   const points = values.map((v, i) => [i * step, height - 2 - ((v || 0) / top) * (height - 4)]);
   const line = points.map(([x, y], i) => `${i ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)}`).join(" ");
   svg.innerHTML = `<path class="area" d="${line} L${width},${height} L0,${height} Z"></path><path d="${line}"></path>`;
+  return top;
 }
 
 function drawAllSparks(root) {
   root.querySelectorAll("svg.spark[data-values]").forEach((svg) => {
-    drawSpark(svg, JSON.parse(svg.dataset.values), Number(svg.dataset.max) || null);
+    const top = drawSpark(svg, JSON.parse(svg.dataset.values), Number(svg.dataset.max) || null);
+    // A scale the page could not name (no fixed top, such as power): the one drawn.
+    const label = svg.parentElement.querySelector("[data-spark-top]");
+    if (label && !label.textContent && top !== null) {
+      label.textContent = `0–${Math.round(top)} ${svg.dataset.unit || ""}`.trim();
+    }
   });
 }
 
