@@ -207,6 +207,11 @@ async def test_every_page_fits_a_phone_and_its_menu_opens_the_navigation(
         await save_shot(page, f"{role.value}-menu-open")
         await page.keyboard.press("Escape")
         await expect(first_link).to_be_hidden()
+        await menu.click()
+        await expect(first_link).to_be_visible()
+        await page.mouse.click(195, 830)  # a tap outside the menu (below it) closes it
+        await expect(first_link).to_be_hidden()
+        assert await menu.get_attribute("aria-expanded") == "false"
 
         async with signed_in_client(live.base_url, key) as http:
             for path in pages:

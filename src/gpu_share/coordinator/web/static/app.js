@@ -267,6 +267,10 @@ function menus() {
         button.focus();
       }
     });
+    // A tap anywhere else closes it, as a menu does.
+    document.addEventListener("click", (event) => {
+      if (!button.contains(event.target) && !nav.contains(event.target)) show(false);
+    });
   });
 }
 document.addEventListener("DOMContentLoaded", menus);
