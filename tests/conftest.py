@@ -55,6 +55,24 @@ DATABASES = [
 TABLES = [table.name for table in Base.metadata.sorted_tables]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked `one_database` runs on the run's first database only: what it
+    checks does not depend on the database (an agent's limits, a page's layout, headers
+    or policy), and the queries behind it run on every database in the other tests."""
+    first = DATABASES[0] if DATABASES else None
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on = callspec.params.get("db_url") if callspec is not None else None
+        if item.get_closest_marker("one_database") and on is not None and on != first:
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Every module is imported now, and what they built lives until the end: frozen,
     the collector never walks it again. Each test then builds and drops an app (tens of

@@ -24,7 +24,9 @@ from gpu_share.testing.live import Live
 from gpu_share.testing.models import slow_model
 from tests.agent.runtimes.test_npz import inflating_npz
 
-pytestmark = pytest.mark.slow
+# One database: the agent enforces these limits; the coordinator's side is the
+# same on every database.
+pytestmark = [pytest.mark.slow, pytest.mark.one_database]
 
 MiB = 1024 * 1024
 

@@ -28,6 +28,10 @@ from gpu_share.testing.live import Live
 from gpu_share.testing.servers import serve
 from tests.web.conftest import Browsing, screenshot, sign_in
 
+# One database: how an error reads in a browser; the errors' causes are tested on
+# every database elsewhere.
+pytestmark = pytest.mark.one_database
+
 JSON = {"Accept": "application/json"}
 NO_SUCH_ENDPOINT = {
     "error": {

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from playwright.async_api import Page, ViewportSize, expect
 from pydantic import SecretStr
@@ -29,6 +30,9 @@ from gpu_share.testing.verification import mark_verified
 from tests.coordinator.api.operations import page_operations, roles_of
 from tests.coordinator.services.providers.test_provider_applications import APPLICATION
 from tests.web.conftest import Browsing, sign_in, signed_in_client
+
+# One database: layout; the pages' data is tested on every database elsewhere.
+pytestmark = pytest.mark.one_database
 
 PHONE = ViewportSize(width=390, height=844)
 NARROWEST = ViewportSize(width=360, height=740)  # the narrowest phones still sold

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from playwright.async_api import Page, Request, expect
 
 from gpu_share.coordinator.http.security_headers import PAGE_POLICY
@@ -21,6 +22,10 @@ from gpu_share.testing.simulated_agent import H100, SimulatedAgent, inventory
 from tests.coordinator.services.providers.test_benchmarks import measured_like, report
 from tests.coordinator.services.providers.test_provider_applications import APPLICATION
 from tests.web.conftest import Browsing, screenshot, sign_in
+
+# One database: headers and the pages' policy; the pages' data is tested on every
+# database elsewhere.
+pytestmark = pytest.mark.one_database
 
 PUBLIC_PAGES = [
     "/",

@@ -1,7 +1,12 @@
 """Swagger UI at /docs works for real, offline: authorize with a key, try the API."""
 
+import pytest
+
 from gpu_share.testing.live import Live
 from tests.web.conftest import Browsing
+
+# One database: the API document in a browser.
+pytestmark = pytest.mark.one_database
 
 
 async def test_swagger_ui_renders_offline_and_try_it_out_sends_the_key(
