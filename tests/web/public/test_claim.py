@@ -35,6 +35,18 @@ async def approved_claim_url(client: httpx.AsyncClient) -> str:
     return url
 
 
+async def revealed_claim(page: Page, live: Live) -> str:
+    """A fresh claim link opened in `page`, its secrets shown, the clipboard allowed;
+    returns the link."""
+    await page.context.grant_permissions(
+        ["clipboard-read", "clipboard-write"], origin=live.base_url
+    )
+    claim_url = await approved_claim_url(live.http)
+    await page.goto(claim_url)
+    await page.get_by_role("button", name=REVEAL).click()
+    return claim_url
+
+
 async def clipboard(page: Page) -> str:
     text: str = await page.evaluate("navigator.clipboard.readText()")
     return text
@@ -44,12 +56,7 @@ async def test_each_secret_copies_to_the_clipboard_and_the_used_link_offers_noth
     live: Live, browsing: Browsing, tmp_path: Path
 ) -> None:
     page = browsing.page
-    await page.context.grant_permissions(
-        ["clipboard-read", "clipboard-write"], origin=live.base_url
-    )
-    claim_url = await approved_claim_url(live.http)
-    await page.goto(claim_url)
-    await page.get_by_role("button", name=REVEAL).click()
+    claim_url = await revealed_claim(page, live)
 
     for what, shown in (
         ("the provider key", "#provider-key"),
@@ -86,12 +93,7 @@ async def test_without_the_clipboard_api_a_copy_button_copies_the_selected_text(
 ) -> None:
     """As on a plain-http page off loopback, where browsers offer no `navigator.clipboard`."""
     page = browsing.page
-    await page.context.grant_permissions(
-        ["clipboard-read", "clipboard-write"], origin=live.base_url
-    )
-    claim_url = await approved_claim_url(live.http)
-    await page.goto(claim_url)
-    await page.get_by_role("button", name=REVEAL).click()
+    await revealed_claim(page, live)
     await page.evaluate("Object.defineProperty(navigator, 'clipboard', {value: undefined})")
     button = page.get_by_role("button", name="Copy the enrollment token")
     await button.click()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import null, select, update
+from sqlalchemy import Update, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import InvokeRow
@@ -57,12 +57,17 @@ async def _transition(
     values: dict[str, Any],
     *guards: Any,
 ) -> bool:
-    done = await session.execute(
+    done = await session.execute(_guarded(invoke_id, leaving, values, *guards))
+    return bool(done.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def _guarded(invoke_id: str, leaving: list[str], values: dict[str, Any], *guards: Any) -> Update:
+    """The UPDATE of one transition: this invoke, only from `leaving`, only if `guards`."""
+    return (
         update(InvokeRow)
         .where(InvokeRow.id == invoke_id, InvokeRow.status.in_(leaving), *guards)
         .values(**values)
     )
-    return bool(done.rowcount == 1)  # type: ignore[attr-defined]
 
 
 async def _final(
@@ -76,10 +81,7 @@ async def _final(
     returns what settling needs."""
     final = (
         await session.execute(
-            update(InvokeRow)
-            .where(InvokeRow.id == invoke_id, InvokeRow.status.in_(leaving), *guards)
-            .values(**values)
-            .returning(*billing.SETTLED_COLUMNS)
+            _guarded(invoke_id, leaving, values, *guards).returning(*billing.SETTLED_COLUMNS)
         )
     ).one_or_none()
     if final is None:
