@@ -263,6 +263,10 @@ def default_jobs(settings: Settings) -> list[PeriodicJob]:
         PeriodicJob("reservations", RESERVATIONS_SEC, loops_reservations.run_once),
         PeriodicJob("challenges", settings.challenge_interval_sec, challenges.run_once),
         PeriodicJob("spot-checks", settings.spot_check_interval_sec, loops_spot_checks.run_once),
+        # [anchor: spending limits]
+        # [anchor: webhooks]
+        # [anchor: bank payouts and statements]
+        # [anchor: solana payouts and deposits]
     ]
 
 
@@ -357,6 +361,10 @@ def create_app(
         admin_trust,
         provider_trust,
         reservations,
+        # [anchor: spending limits]
+        # [anchor: webhooks]
+        # [anchor: bank payouts and statements]
+        # [anchor: solana payouts and deposits]
         install,
     ):
         app.include_router(module.router)

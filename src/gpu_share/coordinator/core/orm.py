@@ -650,3 +650,12 @@ class TrustIncidentRow(Base):
     refunded_micro: Mapped[int] = mapped_column(BigInteger, default=0)
     forfeited_micro: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at: Mapped[datetime]
+
+
+# [anchor: spending limits]
+
+# [anchor: webhooks]
+
+# [anchor: bank payouts and statements]
+
+# [anchor: solana payouts and deposits]

@@ -274,6 +274,11 @@ class Settings(BaseSettings):
     )
     trusted_min_reliability: float = Field(default=0.95, ge=0, le=1)
 
+    # [anchor: spending limits]
+    # [anchor: webhooks]
+    # [anchor: bank payouts and statements]
+    # [anchor: solana payouts and deposits]
+
     sqlite_busy_timeout_ms: int = Field(default=10_000, ge=0)
     run_background_loops: bool = True
 

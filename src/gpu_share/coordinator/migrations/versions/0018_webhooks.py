@@ -1,0 +1,25 @@
+"""webhooks (placeholder: filled in by its part of issue 25)
+
+Revision ID: 0018
+Revises: 0017
+Create Date: 2026-12-04 16:40:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa  # noqa: F401
+from alembic import op  # noqa: F401
+
+
+revision: str = '0018'
+down_revision: str | None = '0017'
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
