@@ -62,6 +62,10 @@ def install(app: FastAPI) -> None:
         usage,
         invokes,
         console,
+        # [anchor: spending limits]
+        # [anchor: webhooks]
+        # [anchor: bank payouts and statements]
+        # [anchor: solana payouts and deposits]
     ):
         app.include_router(module.router)
 
