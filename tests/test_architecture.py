@@ -245,13 +245,14 @@ SERVICES = PACKAGE / "coordinator" / "services"
 DOMAIN_USES: dict[str, set[str]] = {
     "accounts": {"mail"},  # a tenant application mails the link that confirms its email
     "mail": set(),
+    "webhooks": set(),  # others emit events in their own transactions
     "artifacts": set(),
     "nodes": {"accounts"},
     "providers": {"nodes", "accounts", "mail"},
-    "money": {"providers", "nodes", "mail"},
-    "work": {"money", "nodes", "artifacts"},
-    "rentals": {"work", "money", "nodes"},
-    "sessions": {"work", "money", "nodes"},
+    "money": {"providers", "nodes", "mail", "webhooks"},
+    "work": {"money", "nodes", "artifacts", "webhooks"},
+    "rentals": {"work", "money", "nodes", "webhooks"},
+    "sessions": {"work", "money", "nodes", "webhooks"},
     "market": {"work", "nodes"},
     "platform": {"nodes"},
     "trust": {"work", "money", "mail", "artifacts", "nodes"},

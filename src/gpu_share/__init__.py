@@ -38,11 +38,14 @@ if TYPE_CHECKING:
         ServiceUnavailable,
         SessionClosed,
         SessionFailed,
+        SpendingLimitReached,
         Unauthorized,
         UnexpectedResponse,
         UnsupportedMediaType,
         ValidationError,
         WaitTimeout,
+        WebhookVerificationError,
+        verify_webhook,
     )
 
 __all__ = [
@@ -73,12 +76,15 @@ __all__ = [
     "ServiceUnavailable",
     "SessionClosed",
     "SessionFailed",
+    "SpendingLimitReached",
     "Unauthorized",
     "UnexpectedResponse",
     "UnsupportedMediaType",
     "ValidationError",
     "WaitTimeout",
+    "WebhookVerificationError",
     "__version__",
+    "verify_webhook",
 ]
 
 

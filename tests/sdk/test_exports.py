@@ -20,6 +20,7 @@ ROOT_EXPORTS = {
     "ApiError",
     "Unauthorized",
     "InsufficientBalance",
+    "SpendingLimitReached",
     "Forbidden",
     "NotFound",
     "MethodNotAllowed",
@@ -43,6 +44,8 @@ ROOT_EXPORTS = {
     "InvokeTimedOut",
     "InvokeCanceled",
     "WaitTimeout",
+    "WebhookVerificationError",
+    "verify_webhook",
 }
 
 SDK_EXTRAS = {

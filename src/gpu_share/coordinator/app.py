@@ -22,7 +22,9 @@ from gpu_share._version import API_VERSION
 from gpu_share.coordinator import migrate
 from gpu_share.coordinator.api import docs
 from gpu_share.coordinator.api.admin import accounts as admin_accounts
+from gpu_share.coordinator.api.admin import bank_payouts as admin_bank_payouts
 from gpu_share.coordinator.api.admin import billing as admin_billing
+from gpu_share.coordinator.api.admin import chain_payouts as admin_chain_payouts
 from gpu_share.coordinator.api.admin import challenges as admin_challenges
 from gpu_share.coordinator.api.admin import enrollment as admin_enrollment
 from gpu_share.coordinator.api.admin import payouts as admin_payouts
@@ -39,7 +41,9 @@ from gpu_share.coordinator.api.provider import enrollment as provider_enrollment
 from gpu_share.coordinator.api.provider import payouts as provider_payouts
 from gpu_share.coordinator.api.provider import prices as provider_prices
 from gpu_share.coordinator.api.provider import reliability as provider_reliability
+from gpu_share.coordinator.api.provider import statements as provider_statements
 from gpu_share.coordinator.api.provider import trust as provider_trust
+from gpu_share.coordinator.api.provider import webhooks as provider_webhooks
 from gpu_share.coordinator.api.public import (
     health,
     install,
@@ -55,6 +59,10 @@ from gpu_share.coordinator.api.tenant import (
     sessions,
 )
 from gpu_share.coordinator.api.tenant import billing as tenant_billing
+from gpu_share.coordinator.api.tenant import deposits as tenant_deposits
+from gpu_share.coordinator.api.tenant import spending_limits as tenant_spending_limits
+from gpu_share.coordinator.api.tenant import statements as tenant_statements
+from gpu_share.coordinator.api.tenant import webhooks as tenant_webhooks
 from gpu_share.coordinator.core.clock import Clock, SystemClock
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.errors import ApiError
@@ -72,7 +80,10 @@ from gpu_share.coordinator.loops import (
     lease_expiry,
     mail_delivery,
     session_upkeep,
+    webhook_delivery,
 )
+from gpu_share.coordinator.loops import chain_payouts as loops_chain_payouts
+from gpu_share.coordinator.loops import deposits as loops_deposits
 from gpu_share.coordinator.loops import earnings_hold as loops_holds
 from gpu_share.coordinator.loops import payouts as loops_payouts
 from gpu_share.coordinator.loops import preemption as loops_preemption
@@ -263,10 +274,9 @@ def default_jobs(settings: Settings) -> list[PeriodicJob]:
         PeriodicJob("reservations", RESERVATIONS_SEC, loops_reservations.run_once),
         PeriodicJob("challenges", settings.challenge_interval_sec, challenges.run_once),
         PeriodicJob("spot-checks", settings.spot_check_interval_sec, loops_spot_checks.run_once),
-        # [anchor: spending limits]
-        # [anchor: webhooks]
-        # [anchor: bank payouts and statements]
-        # [anchor: solana payouts and deposits]
+        PeriodicJob("webhook-delivery", settings.webhook_interval_sec, webhook_delivery.run_once),
+        PeriodicJob("chain-payouts", settings.solana_interval_sec, loops_chain_payouts.run_once),
+        PeriodicJob("deposits", settings.solana_deposit_interval_sec, loops_deposits.run_once),
     ]
 
 
@@ -361,10 +371,14 @@ def create_app(
         admin_trust,
         provider_trust,
         reservations,
-        # [anchor: spending limits]
-        # [anchor: webhooks]
-        # [anchor: bank payouts and statements]
-        # [anchor: solana payouts and deposits]
+        tenant_spending_limits,
+        tenant_webhooks,
+        provider_webhooks,
+        admin_bank_payouts,
+        tenant_statements,
+        provider_statements,
+        admin_chain_payouts,
+        tenant_deposits,
         install,
     ):
         app.include_router(module.router)

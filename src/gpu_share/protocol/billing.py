@@ -105,6 +105,10 @@ class Quote(BaseModel):
     )
     available: str = Field(description="The tenant's balance now")
     covered: bool = Field(description="Whether the balance covers the reserve")
+    within_cap: bool = Field(
+        default=True,
+        description="Whether the reserve fits under your monthly spending cap (true without one)",
+    )
 
 
 class Charge(BaseModel):

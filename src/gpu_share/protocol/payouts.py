@@ -38,6 +38,15 @@ class PayoutStatus(StrEnum):
     FAILED = "failed"  # not executed; the amount is back in the pending balance
 
 
+class ChainState(StrEnum):
+    """Where a payout the platform sends on Solana stands."""
+
+    AWAITING_APPROVAL = "awaiting_approval"  # above an operator's limit: an admin approves it
+    SENDING = "sending"  # signed, sent and followed to finalized
+    FINALIZED = "finalized"  # landed and finalized: the payout is paid
+    FAILED = "failed"  # failed on chain or refused, or settled by hand before it was sent
+
+
 def solana_address(value: str) -> str:
     """The address as given, once it is base58 of exactly 32 bytes; ValueError saying why not."""
     address = value.strip()
@@ -141,6 +150,28 @@ class Payout(BaseModel):
     settled_at: datetime | None
     reference: str | None = Field(description="The transaction that paid it, once paid")
     failure_reason: str | None
+    chain_state: ChainState | None = Field(
+        default=None, description="Where it stands when the platform sends it on Solana"
+    )
+    signature: str | None = Field(
+        default=None, description="Its Solana transaction (the latest sent, until finalized)"
+    )
+    explorer_url: str | None = Field(default=None, description="That transaction in an explorer")
+
+
+class ChainPayout(BaseModel):
+    """A payout the platform sends on Solana, as the admin follows it."""
+
+    payout_id: str
+    provider_id: str
+    provider_name: str
+    amount: str = Field(description="USDC")
+    destination: str = Field(description="The provider's wallet")
+    state: ChainState
+    created_at: datetime
+    signature: str | None
+    explorer_url: str | None
+    rejected: str | None = Field(description="Why the RPC refused the last send, if it did")
 
 
 class BatchPayout(Payout):

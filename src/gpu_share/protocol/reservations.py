@@ -13,8 +13,9 @@ a whole minute at most 90 days ahead; give `hours` or `ends_at`. Times are UTC.
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from gpu_share.protocol.invokes import MAX_URL_LENGTH, http_url
 from gpu_share.protocol.money import PriceCap
 from gpu_share.protocol.nodes import Tier
 
@@ -58,6 +59,16 @@ class ReservationRequest(BaseModel):
         "(docs/trust.md). Reserved GPUs are always verified ones; false also allows a node "
         "some of whose other GPUs are not proven yet",
     )
+    webhook_url: str | None = Field(
+        default=None,
+        max_length=MAX_URL_LENGTH,
+        description="Told (signed, docs/webhooks.md) when it becomes active, ends or is canceled",
+    )
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: str | None) -> str | None:
+        return http_url(value) if value else None
 
 
 class ReservationQuote(BaseModel):
@@ -72,6 +83,10 @@ class ReservationQuote(BaseModel):
     cost: str = Field(description="USDC: the whole period, reserved from the balance at once")
     available: str | None = Field(description="USDC the balance has now (none in free billing)")
     covered: bool = Field(description="Whether the balance covers the cost")
+    within_cap: bool = Field(
+        default=True,
+        description="Whether the cost fits under your monthly spending cap (true without one)",
+    )
 
 
 class Reservation(BaseModel):

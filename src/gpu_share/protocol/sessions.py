@@ -69,6 +69,11 @@ class SessionCreate(BaseModel):
     )
     max_price_per_gpu_hour: PriceCap | None = None
     require_verified: bool = Field(default=False, description=REQUIRE_VERIFIED)
+    webhook_url: str | None = Field(
+        default=None,
+        max_length=MAX_URL_LENGTH,
+        description="Told (signed, docs/webhooks.md) when the session opens and when it closes",
+    )
     reservation_id: str | None = Field(
         default=None,
         max_length=40,
@@ -87,6 +92,11 @@ class SessionCreate(BaseModel):
     @classmethod
     def _model_url(cls, value: str) -> str:
         return http_url(value)
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: str | None) -> str | None:
+        return http_url(value) if value else None
 
     @field_validator("runtime")
     @classmethod

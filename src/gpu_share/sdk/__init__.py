@@ -18,6 +18,7 @@ from gpu_share.sdk._catboost import TrainedModel, TrainingReport
 from gpu_share.sdk._client import Client
 from gpu_share.sdk._config import ENV_API_KEY, ENV_BASE_URL, ENV_POLL_INTERVAL, RetryPolicy
 from gpu_share.sdk._results import InvokeOutputs
+from gpu_share.sdk._webhooks import verify_webhook
 from gpu_share.sdk.errors import (
     ApiError,
     ArtifactExpired,
@@ -44,11 +45,13 @@ from gpu_share.sdk.errors import (
     ServiceUnavailable,
     SessionClosed,
     SessionFailed,
+    SpendingLimitReached,
     Unauthorized,
     UnexpectedResponse,
     UnsupportedMediaType,
     ValidationError,
     WaitTimeout,
+    WebhookVerificationError,
 )
 
 __all__ = [
@@ -86,6 +89,7 @@ __all__ = [
     "ServiceUnavailable",
     "SessionClosed",
     "SessionFailed",
+    "SpendingLimitReached",
     "TrainedModel",
     "TrainingReport",
     "Unauthorized",
@@ -93,5 +97,7 @@ __all__ = [
     "UnsupportedMediaType",
     "ValidationError",
     "WaitTimeout",
+    "WebhookVerificationError",
     "errors",
+    "verify_webhook",
 ]

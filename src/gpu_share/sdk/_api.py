@@ -35,6 +35,7 @@ from gpu_share.protocol.invokes import (
 )
 from gpu_share.protocol.nodes import Node, RuntimeAvailability, Tier
 from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.protocol.spending_limits import SpendingLimits, SpendingLimitsUpdate
 from gpu_share.sdk import _npz, _progress, _sources
 from gpu_share.sdk._config import POLL_BACKOFF, ClientConfig
 from gpu_share.sdk._http import ApiRequest, Flow, Offload, Sleep, parse, parse_list, send
@@ -296,6 +297,23 @@ def usage(
     params.update({k: v for k, v in {"from": start, "to": end}.items() if v is not None})
     response = yield from send(ApiRequest("GET", "/v1/billing/usage", params=params), c)
     return parse(response, Usage)
+
+
+def spending_limits(c: ClientConfig) -> Flow[SpendingLimits]:
+    response = yield from send(ApiRequest("GET", "/v1/billing/limits"), c)
+    return parse(response, SpendingLimits)
+
+
+def set_spending_limits(
+    c: ClientConfig,
+    *,
+    monthly_cap: Decimal | str | int | None,
+    low_balance: Decimal | str | int | None,
+) -> Flow[SpendingLimits]:
+    body = validated(SpendingLimitsUpdate, {"monthly_cap": monthly_cap, "low_balance": low_balance})
+    request = ApiRequest("PUT", "/v1/billing/limits", json=body.model_dump(mode="json"))
+    response = yield from send(request, c)
+    return parse(response, SpendingLimits)
 
 
 def get_invoke(c: ClientConfig, invoke_id: str, wait: float = 0.0) -> Flow[Invoke]:

@@ -2,6 +2,7 @@
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
+from decimal import Decimal
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack
 
@@ -16,6 +17,7 @@ from gpu_share.protocol.nodes import Node, RuntimeAvailability
 from gpu_share.protocol.reservations import Reservation, ReservationQuote
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.protocol.sessions import Session
+from gpu_share.protocol.spending_limits import SpendingLimits
 from gpu_share.sdk import _api, _catboost, _reservations, _sessions
 from gpu_share.sdk._api import ArraysOrFile, InvokeOptions, StatusCallback
 from gpu_share.sdk._config import DEFAULT_TIMEOUT, ClientConfig, RetryPolicy
@@ -181,6 +183,23 @@ class AsyncClient:
     ) -> Usage:
         """Charges summed per UTC day or per runtime; `start`/`end`: YYYY-MM-DD."""
         return await self._run(_api.usage(self.config, start=start, end=end, group=group))
+
+    async def spending_limits(self) -> SpendingLimits:
+        """The monthly cap and low-balance threshold in force, and this month's spend."""
+        return await self._run(_api.spending_limits(self.config))
+
+    async def set_spending_limits(
+        self,
+        *,
+        monthly_cap: Decimal | str | int | None = None,
+        low_balance: Decimal | str | int | None = None,
+    ) -> SpendingLimits:
+        """Set both limits, in USDC ("50"); None removes one. New work that would take
+        the month's spend past the cap is refused (402 SPENDING_LIMIT); running work is
+        not stopped. Below `low_balance` you are mailed once."""
+        return await self._run(
+            _api.set_spending_limits(self.config, monthly_cap=monthly_cap, low_balance=low_balance)
+        )
 
     async def get_invoke(self, invoke_id: str) -> Invoke:
         return await self._run(_api.get_invoke(self.config, invoke_id))

@@ -7,6 +7,7 @@
     ├── ApiError                    the server answered an error: .status .code .message .details
     │   ├── Unauthorized            401 UNAUTHORIZED
     │   ├── InsufficientBalance     402 INSUFFICIENT_BALANCE
+    │   ├── SpendingLimitReached    402 SPENDING_LIMIT: past the monthly cap you set
     │   ├── Forbidden               403 FORBIDDEN
     │   ├── NotFound                404 NOT_FOUND
     │   ├── MethodNotAllowed        405 METHOD_NOT_ALLOWED
@@ -25,6 +26,7 @@
     │   ├── ServiceUnavailable      503 UNAVAILABLE
     │   └── NoCapacity              503 NO_CAPACITY
     ├── SessionFailed               a session did not become ready, or ended: .session
+    ├── WebhookVerificationError    a webhook's signature, timestamp or headers do not check out
     └── InvokeError                 about one invoke's outcome: .invoke_id
         ├── InvokeFailed            it ended `failed`: .code .message .logs_tail .invoke .status
         │   ├── InvokeTimedOut      it ended `timeout`: the server killed it after timeout_sec
@@ -54,6 +56,10 @@ class GpuShareError(Exception):
 
 class ConfigurationError(GpuShareError):
     """The client cannot be used as configured; the message says what to set or install."""
+
+
+class WebhookVerificationError(GpuShareError):
+    """`verify_webhook` refused a delivery; the message says why (signature, age, header)."""
 
 
 class ServerUnreachable(GpuShareError):
@@ -106,6 +112,12 @@ class Unauthorized(ApiError):
 
 class InsufficientBalance(ApiError):
     code_name = ErrorCode.INSUFFICIENT_BALANCE
+
+
+class SpendingLimitReached(ApiError):
+    """New work would take this month's spend past the cap you set (`set_spending_limits`)."""
+
+    code_name = ErrorCode.SPENDING_LIMIT
 
 
 class Forbidden(ApiError):
@@ -183,6 +195,7 @@ API_ERRORS: dict[str, type[ApiError]] = {
     for cls in (
         Unauthorized,
         InsufficientBalance,
+        SpendingLimitReached,
         Forbidden,
         NotFound,
         MethodNotAllowed,

@@ -93,6 +93,8 @@ PARAM_PREFIXES = {
     "reservation_id": "rsv",
     "challenge_id": "chl",
     "incident_id": "inc",
+    "endpoint_id": "whe",
+    "delivery_id": "msg",
 }
 PARAM_VALUES = {
     "token": "gpu_st_" + "0" * 43,
@@ -100,6 +102,7 @@ PARAM_VALUES = {
     "fmt": "csv",
     "action": "paid",
     "tab": "no-such-tab",
+    "month": "2026-11",
 }
 ID_PATTERN = re.compile(r"\^(\w+)_\[[^]]+\]\{26\}\$")
 
@@ -117,6 +120,14 @@ BODIES: dict[str, dict[str, Any]] = {
         "error": {"code": "INVALID_MODEL", "message": "the matrix's"},
     },
     "POST /v1/agent/challenges/{challenge_id}/commit": {"sketches": "AAAAAA=="},
+    "POST /v1/webhooks/endpoints": {
+        "url": "https://example.com/hook",
+        "event_types": ["topup.credited"],
+    },
+    "POST /v1/provider/webhooks/endpoints": {
+        "url": "https://example.com/hook",
+        "event_types": ["payout.paid"],
+    },
 }
 RAW_BODY = b"\x00matrix\x00"
 

@@ -226,6 +226,43 @@ async def _everything_else(app: FastAPI, client: httpx.AsyncClient, me: Side) ->
     assert me.owned.get("challenge_id"), "the unproven node was not challenged"
 
     await _paid_out(client, me, replica)
+    await _webhooks(client, me)
+
+
+async def _webhooks(client: httpx.AsyncClient, me: Side) -> None:
+    """A webhook endpoint of the tenant's and of the provider's, and a delivery to each (a
+    top-up the tenant's endpoint is told of, the payout paid the provider's is told of)."""
+    for role, path, event in (
+        (Role.TENANT, "/v1/webhooks", "topup.credited"),
+        (Role.PROVIDER, "/v1/provider/webhooks", "payout.paid"),
+    ):
+        made = await client.post(
+            f"{path}/endpoints",
+            json={"url": "https://hooks.example.com/confidential-hook", "event_types": [event]},
+            headers=me.headers(role),
+        )
+        assert made.status_code == 201, made.text
+        me.own("endpoint_id", made.json()["id"], Role.TENANT, Role.PROVIDER)
+    me.hide("confidential-hook", Role.TENANT, Role.PROVIDER)
+    topped = await client.post(
+        f"/v1/admin/tenants/{me.tenant.id}/top-ups",
+        json={"amount": "1", "reference": "wire-told"},
+        headers=ADMIN,
+    )
+    assert topped.status_code in (200, 201), topped.text
+    (told,) = (await client.get("/v1/webhooks/deliveries", headers=me.tenant.headers)).json()
+    me.own("delivery_id", told["id"], Role.TENANT, Role.PROVIDER)
+    payouts = await client.get("/v1/provider/payouts", headers=me.headers(Role.PROVIDER))
+    paid = await client.post(
+        f"/v1/admin/payouts/{payouts.json()[0]['id']}/paid",
+        json={"reference": "confidential-reference"},
+        headers=ADMIN,
+    )
+    assert paid.status_code == 200, paid.text
+    told_provider = await client.get(
+        "/v1/provider/webhooks/deliveries", headers=me.headers(Role.PROVIDER)
+    )
+    me.own("delivery_id", told_provider.json()[0]["id"], Role.TENANT, Role.PROVIDER)
 
 
 async def _paid_out(client: httpx.AsyncClient, me: Side, replica: Replica) -> None:

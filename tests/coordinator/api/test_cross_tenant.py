@@ -121,6 +121,7 @@ def id_cases(operation: Operation, a: Side) -> Iterator[dict[str, str]]:
 NOT_OBJECTS = {
     "gpu_model": "a GPU model: each provider prices its own",
     "tab": "a tab of the provider's pages",
+    "month": "a calendar month: each account's statement is its own",
 }
 # The kinds of A's objects that A's own lists show (a challenge is shown per node).
 LISTED = [

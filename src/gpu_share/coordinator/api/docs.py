@@ -98,6 +98,7 @@ TAGS = [
     {"name": "sessions", "description": "Keep a model loaded for a series of forward calls"},
     {"name": "reservations", "description": "Book GPUs for a period"},
     {"name": "billing", "description": "Balance, usage and charges"},
+    {"name": "webhooks", "description": "Signed events: secret, endpoints, delivery log"},
     {"name": "discovery", "description": "Health, nodes, offers and runtimes"},
     {"name": "applications", "description": "Apply for a tenant account"},
     {"name": "provider applications", "description": "Apply to provide GPUs"},

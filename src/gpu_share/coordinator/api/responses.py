@@ -7,7 +7,10 @@ from gpu_share.protocol.errors import ErrorResponse
 _DESCRIPTIONS = {
     400: "Bad request",
     401: "Missing, malformed, unknown or revoked API key (UNAUTHORIZED)",
-    402: "Balance cannot cover the job (INSUFFICIENT_BALANCE)",
+    402: (
+        "Balance cannot cover the job (INSUFFICIENT_BALANCE), or it would pass the "
+        "tenant's monthly cap (SPENDING_LIMIT)"
+    ),
     403: "The key's role may not call this endpoint (FORBIDDEN)",
     404: "No such object, or not yours (NOT_FOUND)",
     409: "Conflicts with the object's state or an idempotency key (CONFLICT)",

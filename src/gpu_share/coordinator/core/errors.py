@@ -14,6 +14,7 @@ maps to, which comes from the protocol.
     ├── ValidationFailed      422 VALIDATION_ERROR | CHECKSUM_MISMATCH
     ├── RateLimited           429 RATE_LIMITED
     ├── InsufficientBalance   402 INSUFFICIENT_BALANCE
+    ├── SpendingLimitReached  402 SPENDING_LIMIT
     └── Unavailable           503 NO_CAPACITY | UNAVAILABLE
 """
 
@@ -82,6 +83,12 @@ class RateLimited(ApiError):
 
 class InsufficientBalance(ApiError):
     default_code = ErrorCode.INSUFFICIENT_BALANCE
+
+
+class SpendingLimitReached(ApiError):
+    """New work would take the month's spend past the cap its tenant set."""
+
+    default_code = ErrorCode.SPENDING_LIMIT
 
 
 class Unavailable(ApiError):

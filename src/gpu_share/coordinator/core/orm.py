@@ -285,6 +285,7 @@ class InvokeRow(Base):
     log_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     error_code: Mapped[str | None] = mapped_column(String(40))
     error_message: Mapped[str | None] = mapped_column(Text)
+    webhook_url: Mapped[str | None] = mapped_column(Text)  # told when it ends (webhooks)
 
     # Billing (micro-USDC): the tenant's cap, what is held for the most it can cost, the
     # rate fixed at placement (per hour, all its GPUs), and what it cost once settled.
@@ -351,6 +352,7 @@ class SessionRow(Base):
     forward_count: Mapped[int] = mapped_column(BigInteger, default=0)
     error_code: Mapped[str | None] = mapped_column(String(40))
     error_message: Mapped[str | None] = mapped_column(Text)
+    webhook_url: Mapped[str | None] = mapped_column(Text)  # told when it opens and closes
 
     # Billing (micro-USDC), as on invokes; a session is charged for the time it is held,
     # up to `billed_until` so far.
@@ -606,6 +608,7 @@ class ReservationRow(Base):
     created_at: Mapped[datetime]
     canceled_at: Mapped[datetime | None]
     ended_at: Mapped[datetime | None]
+    webhook_url: Mapped[str | None] = mapped_column(Text)  # told as it starts and ends
 
 
 class ChallengeRow(Base):
@@ -652,10 +655,165 @@ class TrustIncidentRow(Base):
     created_at: Mapped[datetime]
 
 
-# [anchor: spending limits]
+class SpendingLimitRow(Base):
+    """A tenant's own limits (services/money/spending_limits.py): a monthly cap on new
+    work and a low-balance threshold to be mailed at. No row: no limits (deleted when
+    both are removed, so the reserve path finds nothing to do for most tenants)."""
 
-# [anchor: webhooks]
+    __tablename__ = "spending_limits"
 
-# [anchor: bank payouts and statements]
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    monthly_cap_micro: Mapped[int | None] = mapped_column(BigInteger)
+    low_balance_micro: Mapped[int | None] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime]
 
-# [anchor: solana payouts and deposits]
+
+class WebhookSecretRow(Base):
+    """An account's webhook signing key (Standard Webhooks `whsec_…`). It is an HMAC key
+    the coordinator signs with, so it is kept as is (never logged, shown once); after a
+    rotation the previous key signs too until `previous_until`."""
+
+    __tablename__ = "webhook_secrets"
+
+    owner_id: Mapped[str] = mapped_column(String(40), primary_key=True)  # tenant or provider
+    secret: Mapped[str] = mapped_column(String(80))
+    previous_secret: Mapped[str | None] = mapped_column(String(80))
+    previous_until: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    rotated_at: Mapped[datetime | None]
+
+
+class WebhookEndpointRow(Base):
+    """A URL of an account's that receives the account's events of the types it names."""
+
+    __tablename__ = "webhook_endpoints"
+    __table_args__ = (Index(None, "owner_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner_id: Mapped[str] = mapped_column(String(40))
+    url: Mapped[str] = mapped_column(Text)
+    event_types: Mapped[list[Any]]
+    created_at: Mapped[datetime]
+
+
+class WebhookDeliveryRow(Base):
+    """One event for one URL (a Standard Webhooks message: `id` is its `webhook-id`),
+    written in the transaction of the change that causes it; sent by a loop."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("cause", "target"),  # never the same event twice to one target
+        Index(None, "owner_id", "id"),
+        Index(None, "status", "next_attempt_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner_id: Mapped[str] = mapped_column(String(40))
+    cause: Mapped[str] = mapped_column(String(120))
+    target: Mapped[str] = mapped_column(String(40))  # an endpoint's id, or "url" (per object)
+    url: Mapped[str] = mapped_column(Text)
+    event_type: Mapped[str] = mapped_column(String(40))
+    body: Mapped[str] = mapped_column(Text)  # the JSON sent and signed, byte for byte
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime]
+    next_attempt_at: Mapped[datetime]
+    retry_from: Mapped[datetime]  # retried for the settings' window from here (emit, replay)
+    claimed_until: Mapped[datetime | None]
+    claim_token: Mapped[str | None] = mapped_column(String(32))
+    delivered_at: Mapped[datetime | None]
+    failed_at: Mapped[datetime | None]
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class WebhookAttemptRow(Base):
+    """One try at a delivery, as the delivery log shows it."""
+
+    __tablename__ = "webhook_attempts"
+    __table_args__ = (Index(None, "delivery_id", "at"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    delivery_id: Mapped[str] = mapped_column(
+        ForeignKey("webhook_deliveries.id", ondelete="CASCADE")
+    )
+    at: Mapped[datetime]
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[int] = mapped_column(Integer)
+
+
+class SepaExportRow(Base):
+    """A batch's bank payouts as the one pain.001 file made for them, kept as served so
+    that exporting again gives the same file, with the rate it was made at."""
+
+    __tablename__ = "sepa_exports"
+
+    batch_id: Mapped[str] = mapped_column(ForeignKey("payout_batches.id"), primary_key=True)
+    message_id: Mapped[str] = mapped_column(String(35), unique=True)
+    eur_per_usdc: Mapped[str] = mapped_column(String(24))  # decimal text, as the admin gave it
+    execution_date: Mapped[str] = mapped_column(String(10))  # ISO day asked of the bank
+    total_cents: Mapped[int] = mapped_column(BigInteger)
+    document: Mapped[str] = mapped_column(Text)  # the pain.001 XML
+    created_at: Mapped[datetime]
+
+
+class BankTransferRow(Base):
+    """One payout in a bank file: what was asked of the bank, and under which id its
+    statement reports it."""
+
+    __tablename__ = "bank_transfers"
+
+    payout_id: Mapped[str] = mapped_column(ForeignKey("payouts.id"), primary_key=True)
+    batch_id: Mapped[str] = mapped_column(ForeignKey("sepa_exports.batch_id"), index=True)
+    end_to_end_id: Mapped[str] = mapped_column(String(35), unique=True)
+    amount_cents: Mapped[int] = mapped_column(BigInteger)
+    remainder_micro: Mapped[int] = mapped_column(BigInteger)  # returned to pending
+
+
+class ChainPayoutRow(Base):
+    """A USDC payout the platform sends on Solana: awaiting_approval → sending → finalized
+    or failed. The signed transaction is recorded (committed) before it is ever sent."""
+
+    __tablename__ = "chain_payouts"
+
+    payout_id: Mapped[str] = mapped_column(ForeignKey("payouts.id"), primary_key=True)
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    destination: Mapped[str] = mapped_column(String(64))  # the provider's wallet (owner)
+    amount_micro: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    approved_at: Mapped[datetime | None]
+    claimed_until: Mapped[datetime | None]  # a replica is sending it until then
+    transaction: Mapped[str | None] = mapped_column(Text)  # base64 of the signed transaction
+    signature: Mapped[str | None] = mapped_column(String(100), unique=True)
+    last_valid_block_height: Mapped[int | None] = mapped_column(BigInteger)
+    builds: Mapped[int] = mapped_column(Integer, default=0)  # transactions signed for it
+    rejected: Mapped[str | None] = mapped_column(Text)  # why the RPC refused the last send
+    settled_at: Mapped[datetime | None]
+
+
+class DepositRow(Base):
+    """A tenant's request to top up with USDC: the reference key its transfer names."""
+
+    __tablename__ = "deposits"
+    __table_args__ = (Index(None, "tenant_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    reference: Mapped[str] = mapped_column(String(64), unique=True)  # a fresh public key
+    amount_hint_micro: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class DepositArrivalRow(Base):
+    """A finalized transfer credited to a deposit's tenant, once (its signature is the key)."""
+
+    __tablename__ = "deposit_arrivals"
+
+    signature: Mapped[str] = mapped_column(String(100), primary_key=True)
+    deposit_id: Mapped[str] = mapped_column(ForeignKey("deposits.id"), index=True)
+    amount_micro: Mapped[int] = mapped_column(BigInteger)
+    arrived_at: Mapped[datetime]

@@ -8,7 +8,9 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gpu_share.protocol.bank_regions import region_countries
 from gpu_share.protocol.billing import BillingMode as BillingMode  # the type of `billing`
+from gpu_share.protocol.payouts import bic_text, iban_text, solana_address
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -274,10 +276,110 @@ class Settings(BaseSettings):
     )
     trusted_min_reliability: float = Field(default=0.95, ge=0, le=1)
 
-    # [anchor: spending limits]
-    # [anchor: webhooks]
-    # [anchor: bank payouts and statements]
-    # [anchor: solana payouts and deposits]
+    webhook_interval_sec: float = Field(
+        default=2.0, gt=0, description="How often due webhook deliveries are sent"
+    )
+    webhook_timeout_sec: float = Field(
+        default=10.0, gt=0, le=60, description="How long one webhook attempt may take"
+    )
+    webhook_retry_hours: float = Field(
+        default=24.0,
+        gt=0,
+        le=24 * 7,
+        description="How long a webhook that is not answered 2xx is retried before it fails",
+    )
+    bank_payout_regions: Annotated[list[str], NoDecode] = Field(
+        default=["SEPA"],
+        description="Where bank payouts may go: SEPA (its countries) and/or country codes "
+        "inside it, comma-separated; empty turns bank payouts off",
+    )
+    sepa_debtor_name: str = Field(
+        default="", max_length=70, description="The platform's bank account holder, for pain.001"
+    )
+    sepa_debtor_iban: str = Field(default="", description="The account bank payouts leave from")
+    sepa_debtor_bic: str = Field(default="", description="Its bank's BIC (8 or 11 characters)")
+
+    @field_validator("bank_payout_regions", mode="before")
+    @classmethod
+    def _bank_regions(cls, value: object) -> object:
+        entries = value.split(",") if isinstance(value, str) else value
+        if not isinstance(entries, list | tuple):
+            return value
+        named = [str(entry).strip().upper() for entry in entries if str(entry).strip()]
+        region_countries(named)  # ValueError names an unknown region
+        return named
+
+    @field_validator("sepa_debtor_iban")
+    @classmethod
+    def _debtor_iban(cls, value: str) -> str:
+        return iban_text(value) if value.strip() else ""
+
+    @field_validator("sepa_debtor_bic")
+    @classmethod
+    def _debtor_bic(cls, value: str) -> str:
+        return bic_text(value) if value.strip() else ""
+
+    # USDC payouts sent by the platform on Solana (docs/payouts.md, "Payouts on Solana"):
+    # on only when both the RPC URL and a payout keypair are set.
+    solana_rpc_url: SecretStr | None = Field(
+        default=None,
+        description="The Solana JSON-RPC endpoint, such as https://api.mainnet-beta.solana.com "
+        "(secret: a provider's URL carries its API key)",
+    )
+    solana_usdc_mint: str = Field(
+        default="EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v",
+        description="The USDC mint (the default is mainnet's)",
+    )
+    solana_payout_keypair_path: Path | None = Field(
+        default=None, description="The payout keypair, a solana-keygen JSON file"
+    )
+    solana_payout_keypair: SecretStr | None = Field(
+        default=None, description="Or the keypair itself (its JSON, or base58), from a secret store"
+    )
+    solana_commitment: str = Field(
+        default="confirmed",
+        pattern="^(processed|confirmed|finalized)$",
+        description="For blockhashes and preflight; a payout is paid only once finalized",
+    )
+    solana_explorer_url: str = Field(
+        default="https://explorer.solana.com/tx/{signature}",
+        pattern=r"\{signature\}",
+        description="The explorer link providers see; add ?cluster=devnet for devnet",
+    )
+    solana_payout_max_micro: int = Field(
+        default=5_000_000_000, ge=0, description="A larger payout waits for an admin's approval"
+    )
+    solana_payout_daily_max_micro: int = Field(
+        default=50_000_000_000,
+        ge=0,
+        description="Payouts past this total per UTC day wait for an admin's approval",
+    )
+    solana_interval_sec: float = Field(
+        default=10.0, gt=0, description="How often the chain payout loop sends and follows"
+    )
+    solana_rpc_timeout_sec: float = Field(default=10.0, gt=0)
+    solana_rpc_attempts: int = Field(default=3, ge=1, le=10)
+    solana_rpc_retry_first_sec: float = Field(default=0.5, ge=0)
+    solana_send_claim_sec: float = Field(
+        default=120.0, gt=0, description="A replica sending a payout holds it this long at most"
+    )
+    # Tenants' USDC top-ups (docs/billing.md, "Top up with USDC"): on when the RPC URL and
+    # the deposit wallet are set.
+    solana_deposit_wallet: str | None = Field(
+        default=None,
+        description="The platform's wallet (public key) whose USDC account receives top-ups",
+    )
+    solana_deposit_ttl_sec: float = Field(
+        default=24 * 3600.0, gt=0, description="How long a deposit request is watched"
+    )
+    solana_deposit_interval_sec: float = Field(
+        default=15.0, gt=0, description="How often open deposit requests are looked up"
+    )
+
+    @field_validator("solana_deposit_wallet", "solana_usdc_mint")
+    @classmethod
+    def _solana_key(cls, value: str | None) -> str | None:
+        return solana_address(value) if value else value
 
     sqlite_busy_timeout_ms: int = Field(default=10_000, ge=0)
     run_background_loops: bool = True
@@ -315,6 +417,13 @@ class Settings(BaseSettings):
         else:  # every interface: this machine's own name reaches it
             host = "localhost" if ip.is_unspecified else f"[{ip}]" if ip.version == 6 else str(ip)
         return f"http://{host}:{self.port}"
+
+    @property
+    def sends_usdc_payouts(self) -> bool:
+        """Whether the platform sends USDC payouts on Solana itself: an RPC and a payout
+        keypair are configured (whether the keypair loads is the sender's to say)."""
+        rpc = self.solana_rpc_url.get_secret_value() if self.solana_rpc_url else ""
+        return bool(rpc and (self.solana_payout_keypair_path or self.solana_payout_keypair))
 
     @property
     def websocket_max_bytes(self) -> int:

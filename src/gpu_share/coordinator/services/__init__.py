@@ -5,13 +5,13 @@ A domain owns the writes to its tables and uses another domain only through the 
 that domain's `__init__` lists in `__all__`; the arrows run one way, lowest first
 (docs/architecture.md draws them; tests/test_architecture.py holds them):
 
-    accounts  mail  artifacts            (use no other domain)
+    accounts  mail  artifacts  webhooks  (use no other domain)
     nodes      → accounts
     providers  → nodes, accounts, mail
-    money      → providers, nodes, mail
-    work       → money, nodes, artifacts
-    rentals    → work, money, nodes
-    sessions   → work, money, nodes
+    money      → providers, nodes, mail, webhooks
+    work       → money, nodes, artifacts, webhooks
+    rentals    → work, money, nodes, webhooks
+    sessions   → work, money, nodes, webhooks
     market     → work, nodes
     platform   → nodes
     trust      → nodes

@@ -73,6 +73,7 @@ NAV: dict[str | None, tuple[tuple[str, str], ...]] = {
         ("/provider/earnings", "Earnings"),
         ("/provider/payouts", "Payouts"),
         ("/provider/performance", "Performance"),
+        ("/provider/webhooks", "Webhooks"),
     ),
     "tenant": (
         ("/console", "Overview"),
@@ -84,6 +85,7 @@ NAV: dict[str | None, tuple[tuple[str, str], ...]] = {
         ("/console/reservations", "Reservations"),
         ("/console/nodes", "Nodes"),
         ("/console/keys", "Keys"),
+        ("/console/webhooks", "Webhooks"),
     ),
     None: (("/", "Home"), ("/apply", "Become a provider"), ("/docs", "API")),
 }

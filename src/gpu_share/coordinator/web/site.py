@@ -10,6 +10,8 @@ from fastapi.staticfiles import StaticFiles
 
 from gpu_share.coordinator.web import STATIC_DIR, error_pages
 from gpu_share.coordinator.web.admin import accounts, applications, nodes, overview
+from gpu_share.coordinator.web.admin import bank_payouts as admin_bank_payouts
+from gpu_share.coordinator.web.admin import chain_payouts as admin_chain_payouts
 from gpu_share.coordinator.web.admin import enrollment as admin_enrollment
 from gpu_share.coordinator.web.admin import incidents as admin_incidents
 from gpu_share.coordinator.web.admin import payouts as payout_batches
@@ -24,8 +26,14 @@ from gpu_share.coordinator.web.provider import (
 )
 from gpu_share.coordinator.web.provider import enrollment as provider_enrollment
 from gpu_share.coordinator.web.provider import incidents as provider_incidents
+from gpu_share.coordinator.web.provider import statement as provider_statement
+from gpu_share.coordinator.web.provider import webhooks as provider_webhooks
 from gpu_share.coordinator.web.public import apply, confirm_email, signin
 from gpu_share.coordinator.web.tenant import console, invokes, marketplace, reservations, usage
+from gpu_share.coordinator.web.tenant import deposits as tenant_deposits
+from gpu_share.coordinator.web.tenant import spending_limits as tenant_spending_limits
+from gpu_share.coordinator.web.tenant import statement as tenant_statement
+from gpu_share.coordinator.web.tenant import webhooks as tenant_webhooks
 
 STATIC_PATH = "/static"
 
@@ -55,6 +63,7 @@ def install(app: FastAPI) -> None:
         pricing,
         provider_enrollment,
         provider_incidents,
+        provider_webhooks,  # webhooks: before machines' /provider/{tab}
         machines,
         # tenant/
         marketplace,
@@ -62,10 +71,13 @@ def install(app: FastAPI) -> None:
         usage,
         invokes,
         console,
-        # [anchor: spending limits]
-        # [anchor: webhooks]
-        # [anchor: bank payouts and statements]
-        # [anchor: solana payouts and deposits]
+        tenant_spending_limits,
+        tenant_webhooks,
+        admin_bank_payouts,
+        tenant_statement,
+        provider_statement,
+        admin_chain_payouts,
+        tenant_deposits,
     ):
         app.include_router(module.router)
 

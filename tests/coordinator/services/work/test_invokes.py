@@ -411,15 +411,18 @@ async def test_constraints_limit_which_nodes_count_as_capacity(
     assert (await invoke(client, tenant, {**base, "priority": "spot"})).status_code == 202
 
 
-async def test_webhook_url_is_refused_until_supported(
+async def test_webhook_url_is_refused_until_the_account_has_a_signing_secret(
     client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
 ) -> None:
+    """docs/webhooks.md; the deliveries themselves: tests/coordinator/services/webhooks."""
     await sim_agent()
     response = await invoke(
         client, tenant, {**CPU_HELLO, "webhook_url": "https://example.com/hook"}
     )
     assert response.status_code == 422
-    assert "webhook_url" in response.json()["error"]["message"]
+    assert response.json()["error"]["message"].startswith(
+        "webhook_url: your account has no webhook signing secret yet"
+    )
 
 
 async def test_isolated_only_keeps_work_off_nodes_that_run_plain_processes(

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 from gpu_share.coordinator.api.auth import ProviderPrincipal
 from gpu_share.coordinator.api.responses import AUTH, errors
 from gpu_share.coordinator.http.replica import ReplicaDep
-from gpu_share.coordinator.services.money import earnings, payouts
+from gpu_share.coordinator.services.money import chain_payouts, earnings, payouts
 from gpu_share.coordinator.services.money.earnings_hold import HoldPolicy
 from gpu_share.protocol.payouts import Earnings, Payout, PayoutSettings, PayoutSettingsUpdate
 
@@ -35,7 +35,8 @@ async def put_payout_settings(
     body: PayoutSettingsUpdate, provider: ProviderPrincipal, replica: ReplicaDep
 ) -> PayoutSettings:
     """Where and how often you are paid. A Solana address must be base58 of 32 bytes; an
-    IBAN must pass its country's format and checksum, a BIC its format (422 otherwise)."""
+    IBAN must pass its country's format and checksum and be in a region the platform pays
+    by bank (SEPA unless its operator says otherwise), a BIC its format (422 otherwise)."""
     async with replica.db.write() as session:
         return await payouts.set_settings(
             session,
@@ -43,6 +44,7 @@ async def put_payout_settings(
             body,
             replica.clock.now().astimezone(UTC).date(),
             replica.settings.payout_minimum_micro,
+            bank_regions=replica.settings.bank_payout_regions,
         )
 
 
@@ -88,9 +90,11 @@ async def get_earnings_csv(
 
 @router.get("/payouts", response_model=list[Payout], responses=errors(*AUTH))
 async def get_payouts(provider: ProviderPrincipal, replica: ReplicaDep) -> list[Payout]:
-    """Newest first: amount, method, status and, once paid, the transaction reference."""
+    """Newest first: amount, method, status and, once paid, the transaction reference; a
+    payout the platform sends on Solana also has its state, signature and explorer link."""
     async with replica.db.read() as session:
-        return await payouts.of_provider(session, provider.provider_id)
+        found = await payouts.of_provider(session, provider.provider_id)
+        return await chain_payouts.with_chain(session, found, replica.settings.solana_explorer_url)
 
 
 def csv_response(name: str, content: str, media_type: str = "text/csv; charset=utf-8") -> Response:

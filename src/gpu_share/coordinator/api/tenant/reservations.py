@@ -41,10 +41,9 @@ async def create_reservation(
     body: ReservationRequest, tenant: TenantPrincipal, replica: ReplicaDep
 ) -> JSONResponse:
     """Reserve: the period's price moves from the balance to the reserve now."""
-    async with replica.db.write() as session:
-        created = await reservations.create(
-            session, tenant.tenant_id, body, replica.clock.now(), replica.settings
-        )
+    created = await reservations.book(
+        replica.db, tenant.tenant_id, body, replica.clock.now(), replica.settings
+    )
     return JSONResponse(
         created.model_dump(mode="json"),
         status_code=201,

@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import ArtifactRow, InvokeRow, LedgerTransactionRow, NodeRow
 from gpu_share.coordinator.core.settings import BillingMode, Settings
-from gpu_share.coordinator.services.money import earnings_hold, ledger
+from gpu_share.coordinator.services.money import earnings_hold, ledger, spending_limits
 from gpu_share.coordinator.services.money.ledger import ChargeDetails, TransactionKind
 from gpu_share.coordinator.services.nodes import prices
 from gpu_share.coordinator.services.nodes.placement import Requirements, serves
@@ -131,26 +131,25 @@ async def reserve_invoke(
     session: AsyncSession, row: InvokeRow, amount_micro: int, settings: Settings, now: datetime
 ) -> None:
     """Hold `amount_micro` of the tenant's balance for the invoke (402, changing nothing,
-    when the balance cannot cover it). The commission in force now is kept with it."""
+    when the balance cannot cover it or it would pass the tenant's monthly cap). The
+    commission in force now is kept with it."""
     row.reserved_micro = amount_micro
     if amount_micro <= 0:
         return
-    await ledger.post(
+    await spending_limits.reserve(
         session,
+        tenant_id=row.tenant_id,
+        amount_micro=amount_micro,
         cause=reserve_cause(row.id),
-        kind=TransactionKind.RESERVE,
-        entries=ledger.transfer(
-            ledger.tenant_balance(row.tenant_id),
-            ledger.tenant_reserved(row.tenant_id),
-            amount_micro,
-        ),
-        now=now,
         details={
             "tenant_id": row.tenant_id,
             "work": "invoke",
             "work_id": row.id,
             "commission_bps": settings.commission_bps,
         },
+        settings=settings,
+        now=now,
+        new_work="this invoke may cost up to",
     )
 
 

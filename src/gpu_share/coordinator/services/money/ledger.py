@@ -77,6 +77,7 @@ class TransactionKind(StrEnum):
     PAYOUT = "payout"  # provider pending → in transit
     PAYOUT_PAID = "payout_paid"  # in transit → world
     PAYOUT_FAILED = "payout_failed"  # in transit → provider pending
+    PAYOUT_REMAINDER = "payout_remainder"  # in transit → pending: a bank payout's sub-cent rest
 
 
 class ChargeDetails(TypedDict):

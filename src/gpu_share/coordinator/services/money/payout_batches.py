@@ -1,6 +1,10 @@
 """Payout batches for admins (SPEC §3.6): their list, one batch with its payouts, and the
 export for execution (CSV or JSON; the first export is recorded). Batches are made by
-`payouts.make_batch`; their payouts are settled by `payouts.mark_paid`/`mark_failed`."""
+`payouts.make_batch`; their payouts are settled by `payouts.mark_paid`/`mark_failed`.
+
+An export hands the batch to an admin to pay by hand, so USDC payouts the platform is
+already sending on Solana (`chain_payouts`) are left out of it, and the platform sends
+none of the batch's other payouts after it (both decided under the batch row's lock)."""
 
 import json
 from datetime import datetime
@@ -11,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.csv_export import csv_text
 from gpu_share.coordinator.core.errors import NotFound
-from gpu_share.coordinator.core.orm import PayoutBatchRow, PayoutRow, ProviderRow
+from gpu_share.coordinator.core.orm import ChainPayoutRow, PayoutBatchRow, PayoutRow, ProviderRow
 from gpu_share.coordinator.services.money.payout_calendar import schedule_of_period
 from gpu_share.coordinator.services.money.payouts import payout_of
 from gpu_share.protocol.money import to_micro, usdc_text
@@ -117,6 +121,20 @@ def _export_row(item: BatchPayout) -> dict[str, Any]:
     }
 
 
+async def _sent_by_the_platform(session: AsyncSession, batch_id: str) -> set[str]:
+    """The batch's payouts in transit that the platform is sending on Solana
+    (`chain_payouts`): left out of an export, so no admin pays them a second time."""
+    rows = await session.scalars(
+        select(ChainPayoutRow.payout_id)
+        .join(PayoutRow, PayoutRow.id == ChainPayoutRow.payout_id)
+        .where(
+            PayoutRow.batch_id == batch_id,
+            PayoutRow.status == PayoutStatus.IN_TRANSIT.value,
+        )
+    )
+    return set(rows.all())
+
+
 async def export(
     session: AsyncSession, batch_id: str, fmt: str, now: datetime
 ) -> tuple[str, str, str]:
@@ -128,7 +146,8 @@ async def export(
         .values(exported_at=now)
     )
     detail = await batch(session, batch_id)
-    rows = [_export_row(item) for item in detail.items]
+    sending = await _sent_by_the_platform(session, batch_id)
+    rows = [_export_row(item) for item in detail.items if item.id not in sending]
     name = f"payouts-{detail.period}-{detail.id}"
     if fmt == "json":
         body = {

@@ -25,9 +25,19 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.db import upsert
-from gpu_share.coordinator.core.errors import Conflict, InsufficientBalance, NotFound
+from gpu_share.coordinator.core.errors import (
+    Conflict,
+    InsufficientBalance,
+    NotFound,
+    field_error,
+)
 from gpu_share.coordinator.core.ids import new_id
-from gpu_share.coordinator.core.orm import PayoutBatchRow, PayoutRow, ProviderRow
+from gpu_share.coordinator.core.orm import (
+    ChainPayoutRow,
+    PayoutBatchRow,
+    PayoutRow,
+    ProviderRow,
+)
 from gpu_share.coordinator.services.mail import outbox
 from gpu_share.coordinator.services.money import ledger, payout_mails
 from gpu_share.coordinator.services.money.ledger import TransactionKind, transfer
@@ -35,8 +45,11 @@ from gpu_share.coordinator.services.money.payout_calendar import (
     due_period,
     next_payout_day,
 )
+from gpu_share.coordinator.services.webhooks import events
+from gpu_share.protocol.bank_regions import iban_outside
 from gpu_share.protocol.money import usdc_text
 from gpu_share.protocol.payouts import (
+    ChainState,
     Payout,
     PayoutMethod,
     PayoutSchedule,
@@ -78,8 +91,14 @@ async def set_settings(
     change: PayoutSettingsUpdate,
     today: date,
     minimum_micro: int,
+    bank_regions: list[str] | None = None,
 ) -> PayoutSettings:
-    """Applies to payouts made from now on; one already made keeps the method it was made to."""
+    """Applies to payouts made from now on; one already made keeps the method it was made to.
+    A bank account must be in `bank_regions` (`protocol.bank_regions`; None: anywhere)."""
+    if bank_regions is not None and change.method.kind == "bank_transfer":
+        outside = iban_outside(change.method.iban, bank_regions)
+        if outside is not None:
+            raise field_error("method.iban", outside)
     row = await _provider(session, provider_id)
     row.payout_method = change.method.model_dump(mode="json")
     row.payout_schedule = change.schedule.value
@@ -237,6 +256,21 @@ async def _settle(
             f"{action}: only a payout in transit can",
             details={"status": row.status},
         )
+    # Checked after the UPDATE, which holds the payout's row: a replica sending it on
+    # Solana records its transaction only while holding that row too.
+    on_chain = await session.scalar(
+        select(ChainPayoutRow.signature).where(
+            ChainPayoutRow.payout_id == payout_id,
+            ChainPayoutRow.state == ChainState.SENDING.value,
+            ChainPayoutRow.signature.is_not(None),
+        )
+    )
+    if on_chain is not None:
+        raise Conflict(
+            f"payout {payout_id} is being sent on Solana (transaction {on_chain}); it is "
+            "marked paid or failed when the chain says which",
+            details={"signature": on_chain},
+        )
     return row
 
 
@@ -263,7 +297,7 @@ async def mark_paid(
     await outbox.enqueue(
         session, f"{payout_id}:paid", payout_mails.paid(provider, row, base_url), now
     )
-    return await payout(session, payout_id)
+    return await _told(session, row.provider_id, payout_id, "payout.paid", now)
 
 
 async def mark_failed(
@@ -290,7 +324,23 @@ async def mark_failed(
     provider = await _provider(session, row.provider_id)
     mail = payout_mails.failed(provider, row, base_url)
     await outbox.enqueue(session, f"{payout_id}:failed", mail, now)
-    return await payout(session, payout_id)
+    return await _told(session, row.provider_id, payout_id, "payout.failed", now)
+
+
+async def _told(
+    session: AsyncSession, provider_id: str, payout_id: str, event_type: str, now: datetime
+) -> Payout:
+    """The settled payout, sent to the provider's endpoints that take `event_type`."""
+    settled = await payout(session, payout_id)
+    await events.emit(
+        session,
+        owner_id=provider_id,
+        event_type=event_type,
+        data=settled.model_dump(mode="json"),
+        cause=f"{payout_id}:{event_type}",
+        now=now,
+    )
+    return settled
 
 
 # ---- reading ------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpu_share.coordinator.core.errors import InsufficientBalance
 from gpu_share.coordinator.core.orm import NodeRow, SessionRow
 from gpu_share.coordinator.core.settings import Settings
-from gpu_share.coordinator.services.money import billing, ledger
+from gpu_share.coordinator.services.money import billing, ledger, spending_limits
 from gpu_share.coordinator.services.money.ledger import ChargeDetails, TransactionKind
 from gpu_share.coordinator.services.providers.reliability_formula import PROVIDER_SIDE
 
@@ -66,7 +66,16 @@ async def open_billing(
     if first == 0:
         return
     try:
-        await _reserve(session, row.tenant_id, row.id, first, None, settings, now)
+        await _reserve(
+            session,
+            row.tenant_id,
+            row.id,
+            first,
+            None,
+            settings,
+            now,
+            new_work="a session on this node reserves an hour ahead:",
+        )
     except InsufficientBalance as exc:
         details = exc.details if isinstance(exc.details, dict) else {}
         raise InsufficientBalance(
@@ -85,21 +94,25 @@ async def _reserve(
     at: datetime | None,
     settings: Settings,
     now: datetime,
+    *,
+    new_work: str | None = None,
 ) -> None:
-    await ledger.post(
+    """`new_work`: at open only; the next periods of a held session are running work,
+    which the monthly cap never stops."""
+    await spending_limits.reserve(
         session,
+        tenant_id=tenant_id,
+        amount_micro=amount,
         cause=reserve_cause(session_id, at),
-        kind=TransactionKind.RESERVE,
-        entries=ledger.transfer(
-            ledger.tenant_balance(tenant_id), ledger.tenant_reserved(tenant_id), amount
-        ),
-        now=now,
         details={
             "tenant_id": tenant_id,
             "work": "session",
             "work_id": session_id,
             "commission_bps": settings.commission_bps,
         },
+        settings=settings,
+        now=now,
+        new_work=new_work,
     )
 
 

@@ -29,6 +29,7 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.money import ledger
 from gpu_share.coordinator.services.money.clawbacks import refund_cause
 from gpu_share.coordinator.services.money.ledger import TransactionKind
+from gpu_share.coordinator.services.webhooks import events
 from gpu_share.protocol.billing import (
     Balance,
     Charge,
@@ -268,6 +269,15 @@ async def top_up(
                 },
             )
     available = await ledger.balance(session, ledger.tenant_balance(tenant_id))
+    if made:
+        await events.emit(
+            session,
+            owner_id=tenant_id,
+            event_type="topup.credited",
+            data={"amount": usdc_text(body.amount), "reference": body.reference, "via": "admin"},
+            cause=cause,
+            now=now,
+        )
     return TopUp(
         tenant_id=tenant_id,
         amount=usdc_text(body.amount),

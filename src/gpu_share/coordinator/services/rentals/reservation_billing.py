@@ -28,6 +28,7 @@ from gpu_share.coordinator.services.rentals.reservation_downtime import Charge
 from gpu_share.coordinator.services.rentals.reservations import (
     reserve_cause,
     settle_cause,
+    tell,
     to_wire,
 )
 from gpu_share.coordinator.services.work import invoke_state
@@ -162,6 +163,7 @@ async def cancel(
         raise Conflict(f"reservation {row.id} changed meanwhile; read it again")
     await _settle(session, row, reserved, charge, now)
     await _stop_queued_work(session, row.id, now)
+    await tell(session, row.id, row.tenant_id, row.webhook_url, "reservation.canceled", now)
     await session.refresh(row)
     return to_wire(row)
 
@@ -185,6 +187,7 @@ async def _end(session: AsyncSession, row: ReservationRow, now: datetime) -> boo
         return False
     await _settle(session, row, reserved, charge, now)
     await _stop_queued_work(session, row.id, now)
+    await tell(session, row.id, row.tenant_id, row.webhook_url, "reservation.ended", now)
     return True
 
 
@@ -208,9 +211,13 @@ async def activate_and_end(session: AsyncSession, now: datetime, batch: int = 10
             ReservationRow.ends_at > now,
         )
         .values(status=ReservationStatus.ACTIVE.value)
+        .returning(ReservationRow.id, ReservationRow.tenant_id, ReservationRow.webhook_url)
         .execution_options(synchronize_session=False)
     )
-    report.activated = int(started.rowcount or 0)  # type: ignore[attr-defined]
+    activated = started.all()
+    report.activated = len(activated)
+    for rid, tenant_id, url in activated:
+        await tell(session, rid, tenant_id, url, "reservation.active", now)
     over = (
         await session.scalars(
             select(ReservationRow)

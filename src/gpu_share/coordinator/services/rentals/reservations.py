@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.errors import (
     Conflict,
     InsufficientBalance,
@@ -34,8 +35,7 @@ from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ReservationRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES, LIVE
-from gpu_share.coordinator.services.money import billing, ledger
-from gpu_share.coordinator.services.money.ledger import TransactionKind
+from gpu_share.coordinator.services.money import billing, ledger, spending_limits
 from gpu_share.coordinator.services.nodes import nodes, prices, ranking, schedules, shortfall
 from gpu_share.coordinator.services.nodes.placement import (
     CONSTRAINTS,
@@ -44,6 +44,7 @@ from gpu_share.coordinator.services.nodes.placement import (
     unmet,
 )
 from gpu_share.coordinator.services.rentals import reservation_downtime
+from gpu_share.coordinator.services.webhooks import events
 from gpu_share.coordinator.services.work.reservation_holds import owned
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import Priority
@@ -68,6 +69,27 @@ def reserve_cause(reservation_id: str) -> str:
 
 def settle_cause(reservation_id: str) -> str:
     return f"reservation:{reservation_id}:settle"
+
+
+async def tell(
+    session: AsyncSession,
+    reservation_id: str,
+    tenant_id: str,
+    url: str | None,
+    event_type: str,
+    now: datetime,
+) -> None:
+    """A reservation's webhook, when it has a webhook_url, in the transaction of its change."""
+    if url:
+        await events.emit(
+            session,
+            owner_id=tenant_id,
+            event_type=event_type,
+            data={"id": reservation_id, "status": event_type.removeprefix("reservation.")},
+            cause=f"{reservation_id}:{event_type}",
+            now=now,
+            url=url,
+        )
 
 
 def hours_of(row: ReservationRow) -> int:
@@ -377,7 +399,21 @@ async def quote(
         cost=usdc_text(chosen.cost_micro),
         available=usdc_text(available) if available is not None else None,
         covered=available is None or available >= chosen.cost_micro,
+        within_cap=available is None
+        or await spending_limits.fits(session, tenant_id, chosen.cost_micro, now),
     )
+
+
+async def book(
+    db: Database, tenant_id: str, body: ReservationRequest, now: datetime, settings: Settings
+) -> Reservation:
+    """`create` in a write transaction of its own, a refusal for the tenant's monthly cap
+    mailed after it (`spending_limits.mailing_refusals`)."""
+    async with (
+        spending_limits.mailing_refusals(db, tenant_id, settings, now),
+        db.write() as session,
+    ):
+        return await create(session, tenant_id, body, now, settings)
 
 
 async def create(
@@ -388,6 +424,9 @@ async def create(
     settings: Settings,
 ) -> Reservation:
     """Reserve; in the caller's write transaction, which the node's lock serializes."""
+    if body.webhook_url:
+        events.check_url("webhook_url", body.webhook_url, settings)
+        await events.require_secret(session, tenant_id, "webhook_url")
     chosen = await plan(session, body, now, settings, lock=True)
     row = ReservationRow(
         id=new_id("rsv"),
@@ -403,27 +442,28 @@ async def create(
         rate_micro_per_hour=chosen.rate_micro,
         cost_micro=chosen.cost_micro,
         created_at=now,
+        webhook_url=body.webhook_url,
     )
     session.add(row)
     await session.flush()
+    if row.status == ReservationStatus.ACTIVE.value:
+        await tell(session, row.id, row.tenant_id, row.webhook_url, "reservation.active", now)
     if row.cost_micro > 0:
         try:
-            await ledger.post(
+            await spending_limits.reserve(
                 session,
+                tenant_id=tenant_id,
+                amount_micro=row.cost_micro,
                 cause=reserve_cause(row.id),
-                kind=TransactionKind.RESERVE,
-                entries=ledger.transfer(
-                    ledger.tenant_balance(tenant_id),
-                    ledger.tenant_reserved(tenant_id),
-                    row.cost_micro,
-                ),
-                now=now,
                 details={
                     "tenant_id": tenant_id,
                     "work": "reservation",
                     "work_id": row.id,
                     "commission_bps": settings.commission_bps,
                 },
+                settings=settings,
+                now=now,
+                new_work="this reservation costs",
             )
         except InsufficientBalance as exc:
             details = exc.details if isinstance(exc.details, dict) else {}

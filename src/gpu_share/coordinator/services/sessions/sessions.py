@@ -10,6 +10,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -29,7 +30,7 @@ from gpu_share.coordinator.core.orm import ArtifactRow, NodeRow, SessionRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import OPEN_SESSION_VALUES
 from gpu_share.coordinator.replica.session_hub import ForwardFailed, LiveSession, SessionHub
-from gpu_share.coordinator.services.money import billing, session_billing
+from gpu_share.coordinator.services.money import billing, session_billing, spending_limits
 from gpu_share.coordinator.services.nodes import nodes, ranking
 from gpu_share.coordinator.services.nodes.placement import (
     Requirements,
@@ -37,6 +38,7 @@ from gpu_share.coordinator.services.nodes.placement import (
     serves,
 )
 from gpu_share.coordinator.services.sessions import gpus
+from gpu_share.coordinator.services.webhooks import events
 from gpu_share.coordinator.services.work import (
     artifact_refs,
     gpu_assignment,
@@ -177,7 +179,14 @@ class Sessions:
     ) -> Session:
         now = self.clock.now()
         req = requirements_of(body, gpus=max(body.gpus, 1))
-        async with self.db.write() as session:
+        if body.webhook_url:
+            events.check_url("webhook_url", body.webhook_url, self.settings)
+        async with (
+            spending_limits.mailing_refusals(self.db, tenant_id, self.settings, now),
+            self.db.write() as session,
+        ):
+            if body.webhook_url:
+                await events.require_secret(session, tenant_id, "webhook_url")
             model = await resolve_url(
                 session,
                 tenant_id,
@@ -242,6 +251,7 @@ class Sessions:
                 reservation_id=body.reservation_id,
                 gpus=body.gpus,
                 gpu_indices=indices or None,
+                webhook_url=body.webhook_url,
             )
             await session_billing.open_billing(session, row, node, self.settings, now)
             session.add(row)
@@ -414,20 +424,25 @@ class Sessions:
             return
         now = self.clock.now()
         async with self.db.write() as session:
-            await session.execute(
-                update(SessionRow)
-                .where(
-                    SessionRow.id == session_id,
-                    SessionRow.status == SessionStatus.STARTING.value,
+            opened = (
+                await session.execute(
+                    update(SessionRow)
+                    .where(
+                        SessionRow.id == session_id,
+                        SessionRow.status == SessionStatus.STARTING.value,
+                    )
+                    .values(
+                        status=SessionStatus.READY.value,
+                        ready_at=now,
+                        touched_at=now,
+                        device=device,
+                        inputs=inputs,
+                    )
+                    .returning(SessionRow.tenant_id, SessionRow.webhook_url)
                 )
-                .values(
-                    status=SessionStatus.READY.value,
-                    ready_at=now,
-                    touched_at=now,
-                    device=device,
-                    inputs=inputs,
-                )
-            )
+            ).one_or_none()
+            if opened is not None and opened.webhook_url:
+                await _tell(session, session_id, opened, "session.opened", {}, now)
         live.last_used = now
         self.hub.settle(session_id, SessionStatus.READY)
 
@@ -559,13 +574,27 @@ class Sessions:
         self, session: AsyncSession, session_id: str, values: dict[str, object]
     ) -> None:
         """Close an open session's row and settle what it cost, in one transaction."""
-        closed = await session.execute(
-            update(SessionRow)
-            .where(SessionRow.id == session_id, SessionRow.status.in_(OPEN_SESSION_VALUES))
-            .values(**values)
-        )
-        if closed.rowcount == 1:  # type: ignore[attr-defined]
+        closed = (
+            await session.execute(
+                update(SessionRow)
+                .where(SessionRow.id == session_id, SessionRow.status.in_(OPEN_SESSION_VALUES))
+                .values(**values)
+                .returning(SessionRow.tenant_id, SessionRow.webhook_url)
+            )
+        ).one_or_none()
+        if closed is not None:
             await session_billing.settle(session, session_id)
+            if closed.webhook_url:
+                code = values.get("error_code")
+                data = {
+                    "status": values["status"],
+                    "error": {"code": code, "message": values.get("error_message")}
+                    if code
+                    else None,
+                }
+                now = values["closed_at"]
+                assert isinstance(now, datetime)
+                await _tell(session, session_id, closed, "session.closed", data, now)
 
     async def _finish(
         self,
@@ -583,3 +612,23 @@ class Sessions:
             values.update(error_code=error.code, error_message=error.message)
         async with self.db.write() as session:
             await self._close_row(session, session_id, values)
+
+
+async def _tell(
+    session: AsyncSession,
+    session_id: str,
+    row: Any,
+    event_type: str,
+    data: dict[str, object],
+    now: datetime,
+) -> None:
+    """The session's webhook, in the transaction of its change (`webhooks.events`)."""
+    await events.emit(
+        session,
+        owner_id=row.tenant_id,
+        event_type=event_type,
+        data={"id": session_id, **data},
+        cause=f"{session_id}:{event_type}",
+        now=now,
+        url=row.webhook_url,
+    )

@@ -22,7 +22,8 @@ lease (node and token) it must still hold. The UPDATE must touch exactly one row
 zero rows means another actor got there first, and the caller learns it as `False`.
 Nothing else in the coordinator writes `InvokeRow.status`. Every transition into a
 final status settles the invoke's money (`billing.settle`) in the same transaction, so
-a status is never final without its charge or release, nor charged twice; likewise a
+a status is never final without its charge or release, nor charged twice (nor without
+its webhook, when the tenant gave a webhook_url); likewise a
 preempted attempt is charged for the progress it kept (`billing.charge_preempted`) in
 the transaction that requeues it.
 """
@@ -37,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpu_share.coordinator.core.orm import InvokeRow
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
 from gpu_share.coordinator.services.money import billing
+from gpu_share.coordinator.services.webhooks import events
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import InvokeError, InvokeResult, InvokeStatus, Priority
 
@@ -81,13 +83,36 @@ async def _final(
     returns what settling needs."""
     final = (
         await session.execute(
-            _guarded(invoke_id, leaving, values, *guards).returning(*billing.SETTLED_COLUMNS)
+            _guarded(invoke_id, leaving, values, *guards).returning(
+                *billing.SETTLED_COLUMNS, InvokeRow.webhook_url
+            )
         )
     ).one_or_none()
     if final is None:
         return False
     await billing.settle(session, final, values["finished_at"])
+    if final.webhook_url:  # told in the same transaction; no query for invokes without one
+        await _emit_final(session, final, values)
     return True
+
+
+async def _emit_final(session: AsyncSession, final: Any, values: dict[str, Any]) -> None:
+    status = values["status"]
+    code = values.get("error_code")
+    await events.emit(
+        session,
+        owner_id=final.tenant_id,
+        event_type=f"invoke.{status}",
+        data={
+            "id": final.id,
+            "status": status,
+            "error": {"code": code, "message": values.get("error_message")} if code else None,
+            "finished_at": values["finished_at"].isoformat(),
+        },
+        cause=f"{final.id}:final",
+        now=values["finished_at"],
+        url=final.webhook_url,
+    )
 
 
 def _held(lease: Lease) -> list[Any]:

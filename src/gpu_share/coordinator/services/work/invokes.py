@@ -26,7 +26,7 @@ from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow,
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.core.statuses import CHECK_CAME_BACK
 from gpu_share.coordinator.replica.notify import Channel, Notifier
-from gpu_share.coordinator.services.money import billing
+from gpu_share.coordinator.services.money import billing, spending_limits
 from gpu_share.coordinator.services.nodes import nodes, shortfall
 from gpu_share.coordinator.services.nodes.placement import (
     Requirements,
@@ -34,6 +34,7 @@ from gpu_share.coordinator.services.nodes.placement import (
     requirements_of,
     serves,
 )
+from gpu_share.coordinator.services.webhooks import events
 from gpu_share.coordinator.services.work import invoke_state, preemption, reservation_holds
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import (
@@ -222,7 +223,7 @@ def check_request(body: InvokeCreate, settings: Settings) -> list[str]:
     if body.timeout_sec > settings.max_timeout_sec:
         raise field_error("timeout_sec", f"must be at most {settings.max_timeout_sec} seconds")
     if body.webhook_url:
-        raise field_error("webhook_url", "webhooks are not supported yet; poll the invoke")
+        events.check_url("webhook_url", body.webhook_url, settings)
     return _checksum_rules(body, settings)
 
 
@@ -275,7 +276,10 @@ async def create(
     warnings = check_request(body, settings)
     req = requirements_of(body, body.gpus)
     try:
-        async with db.write() as session:
+        async with (
+            spending_limits.mailing_refusals(db, tenant_id, settings, now),
+            db.write() as session,
+        ):
             model = await resolve_url(
                 session,
                 tenant_id,
@@ -298,6 +302,8 @@ async def create(
                 if body.inputs_url
                 else ResolvedUrl(None, None)
             )
+            if body.webhook_url:
+                await events.require_secret(session, tenant_id, "webhook_url")
             if body.reservation_id is not None:  # billed by the reservation: reserve nothing
                 await reservation_holds.check_work(
                     session, tenant_id, body.reservation_id, req, now
@@ -333,6 +339,7 @@ async def create(
                 # Free billing, or a reservation's work: "0" throughout.
                 cost_micro=0 if not billing.prepaid(settings) or body.reservation_id else None,
                 reservation_id=body.reservation_id,
+                webhook_url=body.webhook_url,
             )
             session.add(row)
             await session.flush()

@@ -6,8 +6,9 @@ slot, else the best ranked busy one. `max_cost` is `timeout_sec` at that node's 
 (capped by the request's `max_cost`); `expected_cost` is the median metered time of
 this tenant's last `HISTORY` finished invokes of the same model and runtime at that
 rate (never above `max_cost`), or `max_cost` when there is no such history. `reserve`
-is what submitting it would hold (spot work is held at on-demand rates, `billing`), and
-`covered` says whether the balance has it.
+is what submitting it would hold (spot work is held at on-demand rates, `billing`),
+`covered` says whether the balance has it and `within_cap` whether it fits under the
+tenant's monthly cap (`spending_limits`).
 """
 
 from datetime import datetime
@@ -18,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
 from gpu_share.coordinator.core.settings import Settings
-from gpu_share.coordinator.services.money import billing, ledger
+from gpu_share.coordinator.services.money import billing, ledger, spending_limits
 from gpu_share.coordinator.services.nodes import nodes, prices, ranking
 from gpu_share.coordinator.services.nodes.placement import Requirements, requirements_of, serves
 from gpu_share.coordinator.services.work import invokes
@@ -85,6 +86,7 @@ async def quote(
         expected_basis=basis,
         available=usdc_text(available),
         covered=free or available >= reserve,
+        within_cap=free or await spending_limits.fits(session, tenant_id, reserve, now),
     )
 
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from gpu_share.coordinator.core.errors import ApiError, NotFound
 from gpu_share.coordinator.core.ids import is_id
-from gpu_share.coordinator.services.money import payout_batches, payouts
+from gpu_share.coordinator.services.money import chain_payouts, payout_batches, payouts
 from gpu_share.coordinator.web.pages import Browser, SignedAdmin, form_of, text
 from gpu_share.protocol.payouts import MarkFailed, MarkPaid
 
@@ -31,9 +31,14 @@ async def batches_page(signed: SignedAdmin) -> Response:
     browser, _ = signed
     async with browser.replica.db.read() as session:
         found = await payout_batches.batches(session)
+        on_chain = await chain_payouts.open_payouts(
+            session, browser.replica.settings.solana_explorer_url
+        )
     return browser.render(
         "admin/payouts.html",
         batches=found,
+        on_chain=on_chain,
+        sends_usdc=browser.replica.settings.sends_usdc_payouts,
         minimum=browser.replica.settings.payout_minimum_micro,
         interval_min=round(browser.replica.settings.payout_interval_sec / 60),
     )

@@ -10,8 +10,10 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 
-from gpu_share.coordinator.services.money import ledger, payouts
+from gpu_share.coordinator.core.errors import ValidationFailed
+from gpu_share.coordinator.services.money import chain_payouts, ledger, payouts
 from gpu_share.coordinator.web.pages import Browser, SignedProvider, form_of, text
+from gpu_share.protocol.bank_regions import describe
 from gpu_share.protocol.money import usdc_text
 from gpu_share.protocol.payouts import PayoutSettings, PayoutSettingsUpdate
 
@@ -84,7 +86,11 @@ async def _render(
             browser.now().astimezone(UTC).date(),
             replica.settings.payout_minimum_micro,
         )
-        history = await payouts.of_provider(session, provider_id)
+        history = await chain_payouts.with_chain(
+            session,
+            await payouts.of_provider(session, provider_id),
+            replica.settings.solana_explorer_url,
+        )
         payable = await ledger.balance(session, ledger.provider_pending(provider_id))
         held = await ledger.balance(session, ledger.provider_held(provider_id))
     return browser.render(
@@ -97,6 +103,7 @@ async def _render(
         payable=usdc_text(payable),
         held=usdc_text(held),
         hold_days=replica.settings.earnings_hold_days,
+        bank_regions=describe(replica.settings.bank_payout_regions),
     )
 
 
@@ -114,14 +121,19 @@ async def save_payout_settings(signed: SignedProvider) -> Response:
     if change is None:
         return await _render(browser, provider.provider_id, entered, status=422)
     replica = browser.replica
-    async with replica.db.write() as session:
-        saved = await payouts.set_settings(
-            session,
-            provider.provider_id,
-            change,
-            browser.now().astimezone(UTC).date(),
-            replica.settings.payout_minimum_micro,
-        )
+    try:
+        async with replica.db.write() as session:
+            saved = await payouts.set_settings(
+                session,
+                provider.provider_id,
+                change,
+                browser.now().astimezone(UTC).date(),
+                replica.settings.payout_minimum_micro,
+                bank_regions=replica.settings.bank_payout_regions,
+            )
+    except ValidationFailed as exc:  # an IBAN outside the regions paid by bank
+        entered.errors["iban"] = exc.message.removeprefix("method.iban: ")
+        return await _render(browser, provider.provider_id, entered, status=422)
     where = "USDC on Solana" if change.method.kind == "solana_usdc" else "bank transfer"
     return browser.redirect(
         "/provider/payouts",

@@ -103,10 +103,9 @@ async def create_reservation(signed: SignedTenant) -> Response:
     if body is None:
         return await _page(browser, tenant, values=values, errors=errors, status=422)
     try:
-        async with browser.replica.db.write() as session:
-            made = await reservations.create(
-                session, tenant.tenant_id, body, browser.now(), browser.replica.settings
-            )
+        made = await reservations.book(
+            browser.replica.db, tenant.tenant_id, body, browser.now(), browser.replica.settings
+        )
     except ApiError as exc:
         return await _page(browser, tenant, values=values, problem=_problem(exc), status=exc.status)
     return browser.redirect(

@@ -10,9 +10,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from gpu_share.coordinator.core.errors import ValidationFailed
-from gpu_share.coordinator.services.money import tenant_billing
+from gpu_share.coordinator.core.principals import TenantCaller
+from gpu_share.coordinator.services.money import deposits, spending_limits, tenant_billing
 from gpu_share.coordinator.web import charts
-from gpu_share.coordinator.web.pages import SignedTenant
+from gpu_share.coordinator.web.pages import Browser, SignedTenant
 from gpu_share.protocol.billing import UsageGroup
 from gpu_share.protocol.money import to_micro
 
@@ -45,11 +46,29 @@ def _dates(request: Request, today: date) -> tuple[date, date, dict[str, str], d
 @router.get("/console/usage")
 async def usage_page(request: Request, signed: SignedTenant) -> Response:
     browser, tenant = signed
+    return await render(request, browser, tenant)
+
+
+async def render(
+    request: Request,
+    browser: Browser,
+    tenant: TenantCaller,
+    *,
+    status: int = 200,
+    limit_values: dict[str, str] | None = None,
+    limit_errors: dict[str, str] | None = None,
+) -> Response:
+    """The page; the limits form (`spending_limits`) shows what was sent, with its errors."""
     replica = browser.replica
     start, end, entered, errors = _dates(request, browser.now().date())
     async with replica.db.read() as session:
         balance = await tenant_billing.balance(session, tenant.tenant_id, replica.settings)
         found = await tenant_billing.charges(session, tenant.tenant_id, start, end)
+        limits = await spending_limits.view(
+            session, tenant.tenant_id, replica.settings, browser.now()
+        )
+        deposit_target = deposits.target_of(replica.settings)
+        deposit_list = await deposits.of_tenant(session, tenant.tenant_id, deposit_target)
     by_day = tenant_billing.summarize(tenant.tenant_id, found, UsageGroup.DAY, start, end)
     by_runtime = tenant_billing.summarize(tenant.tenant_id, found, UsageGroup.RUNTIME, start, end)
     chart = charts.daily_bars(
@@ -59,8 +78,14 @@ async def usage_page(request: Request, signed: SignedTenant) -> Response:
     query = f"from={start.isoformat()}&to={end.isoformat()}"
     return browser.render(
         "tenant/usage.html",
-        status=422 if errors else 200,
+        status=422 if errors else status,
         balance=balance,
+        limits=limits,
+        limit_values=limit_values
+        or {"monthly_cap": limits.monthly_cap or "", "low_balance": limits.low_balance or ""},
+        limit_errors=limit_errors or {},
+        deposits_on=deposit_target is not None,
+        deposits=deposit_list,
         by_day=by_day,
         by_runtime=by_runtime,
         charges=list(reversed(found))[:50],
