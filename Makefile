@@ -28,5 +28,8 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# One worker per core (`-n auto`), each taking the next test when it is free: much of
+# the suite waits on real processes, agents and browsers, so two workers on two cores
+# finish well before one.
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --dist worksteal
