@@ -146,3 +146,11 @@ def null_pool_engine(url: str) -> AsyncEngine:
 def upsert(session: AsyncSession) -> Any:
     """The dialect's INSERT, which has `on_conflict_do_update` on SQLite and PostgreSQL alike."""
     return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+
+
+async def one_at_a_time(session: AsyncSession, key: str) -> None:
+    """Transactions that call this with the same `key` run one after another from here to
+    their end: a transaction-scoped advisory lock on PostgreSQL; SQLite's write
+    transactions already run one at a time."""
+    if session.get_bind().dialect.name == "postgresql":
+        await session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": key})

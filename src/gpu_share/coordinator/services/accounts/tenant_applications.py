@@ -12,9 +12,10 @@ the owner of the email, opening the link, hears that it already has one under re
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select, text, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.db import one_at_a_time
 from gpu_share.coordinator.core.errors import Conflict, NotFound
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import TenantApplicationRow
@@ -118,10 +119,7 @@ async def confirm(
 async def _one_at_a_time(session: AsyncSession, email: str) -> None:
     """Confirmations of one email wait for each other, so two at once make one open
     application (SQLite's write transactions already run one at a time)."""
-    if session.get_bind().dialect.name == "postgresql":
-        await session.execute(
-            text("SELECT pg_advisory_xact_lock(hashtext(:email))"), {"email": email}
-        )
+    await one_at_a_time(session, email)
 
 
 async def forget_unconfirmed(session: AsyncSession, now: datetime) -> int:

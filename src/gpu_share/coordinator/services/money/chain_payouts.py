@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.db import upsert
+from gpu_share.coordinator.core.db import one_at_a_time, upsert
 from gpu_share.coordinator.core.errors import Conflict, NotFound
 from gpu_share.coordinator.core.orm import ChainPayoutRow, PayoutBatchRow, PayoutRow, ProviderRow
 from gpu_share.coordinator.services.money import payouts
@@ -54,7 +54,10 @@ def _day_start(now: datetime) -> datetime:
 
 
 async def enroll(session: AsyncSession, now: datetime, limits: Limits) -> list[str]:
-    """Make the chain row of each in-transit USDC payout that has none: the ids made."""
+    """Make the chain row of each in-transit USDC payout that has none: the ids made.
+    Enrollments run one at a time across replicas, so what the day's limit counts is what
+    every replica has enrolled."""
+    await one_at_a_time(session, "chain-payouts:enroll")
     found = await session.execute(
         select(PayoutRow)
         .outerjoin(ChainPayoutRow, ChainPayoutRow.payout_id == PayoutRow.id)
