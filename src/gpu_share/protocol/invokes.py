@@ -230,6 +230,9 @@ class Invoke(BaseModel):
     refund: InvokeRefund | None = Field(
         default=None, description="Its cost was paid back, and why; null: not refunded"
     )
+    webhook_url: str | None = Field(
+        default=None, description="Where its events are sent, signed (docs/webhooks.md)"
+    )
 
 
 class ProbeUrlRequest(BaseModel):

@@ -111,3 +111,6 @@ class Reservation(BaseModel):
     created_at: datetime
     canceled_at: datetime | None = None
     ended_at: datetime | None = None
+    webhook_url: str | None = Field(
+        default=None, description="Where its events are sent, signed (docs/webhooks.md)"
+    )

@@ -146,6 +146,9 @@ class Session(BaseModel):
         description="USDC charged so far for the time it was held (final once closed); "
         '"0" when nothing is charged',
     )
+    webhook_url: str | None = Field(
+        default=None, description="Where its events are sent, signed (docs/webhooks.md)"
+    )
 
 
 # Agent channel messages

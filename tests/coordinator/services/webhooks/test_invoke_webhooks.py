@@ -34,6 +34,7 @@ async def test_a_finished_invoke_is_told_once_signed_as_standard_webhooks_say(
     )
     assert made.status_code == 202, made.text
     invoke_id = made.json()["id"]
+    assert made.json()["webhook_url"] == receiver.url("/done?source=gpu")  # said back
     assert await send_due(app) == {}  # nothing to tell while it runs
     (job,) = await agent.lease()
     await agent.complete(job)
@@ -157,6 +158,7 @@ async def test_a_sessions_webhook_is_told_when_it_opens_and_closes(
     )
     assert opened.status_code == 201, opened.text
     session_id = opened.json()["id"]
+    assert opened.json()["webhook_url"] == receiver.url("/sessions")
     sessions = Sessions(replica.db, replica.hub, replica.clock, replica.settings)
     for _ in range(2):  # the agent says the model is loaded (once counts)
         await sessions.on_ready(agent.node_id, session_id, "cuda", [])
@@ -185,6 +187,7 @@ async def test_a_reservations_webhook_is_told_as_it_starts_and_is_canceled(
     await rentals.top_up(tenant, "100")
     booked = await rentals.book(tenant, node, gpus=1, hours=1, webhook_url=receiver.url())
     reservation_id = booked["id"]
+    assert booked["webhook_url"] == receiver.url()
     canceled = await client.post(
         f"/v1/reservations/{reservation_id}/cancel", headers=tenant.headers
     )

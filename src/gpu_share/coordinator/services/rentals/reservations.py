@@ -113,6 +113,7 @@ def to_wire(row: ReservationRow) -> Reservation:
         created_at=row.created_at,
         canceled_at=row.canceled_at,
         ended_at=row.ended_at,
+        webhook_url=row.webhook_url,
     )
 
 

@@ -96,6 +96,7 @@ def to_wire(row: SessionRow, live: LiveSession | None = None) -> Session:
         gpu_indices=row.gpu_indices,
         rate_per_hour=billing.cost_text(row.rate_micro_per_hour),
         cost=billing.cost_text(row.cost_micro),
+        webhook_url=row.webhook_url,
     )
 
 

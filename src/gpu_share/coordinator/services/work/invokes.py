@@ -104,6 +104,7 @@ def to_wire(row: InvokeRow) -> Invoke:
         reservation_id=row.reservation_id,
         spot_checked=spot_checked(row),
         refund=refund_of(row),
+        webhook_url=row.webhook_url,
     )
 
 
