@@ -16,7 +16,7 @@ from gpu_share.coordinator.core.clock import Clock
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.services.money import deposits
 from gpu_share.coordinator.services.money.deposits import DepositTarget
-from gpu_share.coordinator.services.money.solana.rpc import RpcUnavailable, SolanaRpc
+from gpu_share.coordinator.services.money.solana.rpc import RpcRejected, RpcUnavailable, SolanaRpc
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,14 @@ def received_micro(transaction: dict[str, Any], target: DepositTarget) -> int:
     meta = transaction.get("meta") or {}
     if meta.get("err") is not None:
         return 0
-    keys = transaction.get("transaction", {}).get("message", {}).get("accountKeys", [])
+    # A balance's accountIndex counts the message's own keys, then those a v0 transaction
+    # loaded from lookup tables (writable, then read-only).
+    loaded = meta.get("loadedAddresses") or {}
+    keys = [
+        *transaction.get("transaction", {}).get("message", {}).get("accountKeys", []),
+        *loaded.get("writable", []),
+        *loaded.get("readonly", []),
+    ]
     account, mint, owner = str(target.account), str(target.mint), str(target.wallet)
 
     def held(balances: list[dict[str, Any]] | None) -> int:
@@ -64,4 +71,6 @@ async def run(db: Database, clock: Clock, rpc: SolanaRpc, target: DepositTarget)
                         done.append(signature)
         except RpcUnavailable as exc:
             log.warning("deposit %s waits for the Solana RPC: %s", deposit_id, exc)
+        except RpcRejected as exc:  # this request's lookups only: the others go on
+            log.warning("the Solana RPC refused deposit %s's lookups: %s", deposit_id, exc)
     return done
