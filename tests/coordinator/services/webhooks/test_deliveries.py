@@ -260,3 +260,24 @@ async def test_two_replicas_sending_at_once_send_each_delivery_once(
     assert first.get(DeliveryStatus.DELIVERED, 0) + second.get(DeliveryStatus.DELIVERED, 0) == 5
     ids = [r.headers["webhook-id"] for r in receiver.received]
     assert len(ids) == len(set(ids)) == 5
+
+
+async def test_a_burst_of_events_drains_in_one_run_batch_after_batch(
+    app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle, receiver: Receiver
+) -> None:
+    await secret_of(client, tenant.headers)
+    replica = app.state.replica
+    burst = deliveries.BATCH + 7  # more than one batch
+    async with replica.db.write() as session:
+        for n in range(burst):
+            await events.emit(
+                session,
+                owner_id=tenant.id,
+                event_type="invoke.done",
+                data={"id": f"inv_{n}"},
+                cause=f"inv_{n}:final",
+                now=replica.clock.now(),
+                url=receiver.url(),
+            )
+    assert await send_due(app) == {DeliveryStatus.DELIVERED: burst}
+    assert len(receiver.received) == burst and await send_due(app) == {}

@@ -63,8 +63,11 @@ def retry_delay(attempts: int) -> float:
     return Backoff(first=first, cap=MAX_RETRY_SEC).next_delay()
 
 
+BATCH = 50  # deliveries one replica sends at once
+
+
 async def claim_due(
-    session: AsyncSession, now: datetime, hold_sec: float, limit: int = 20
+    session: AsyncSession, now: datetime, hold_sec: float, limit: int = BATCH
 ) -> list[Claimed]:
     due = (
         await session.scalars(
