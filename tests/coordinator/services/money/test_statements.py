@@ -15,7 +15,7 @@ from sqlalchemy import select
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import LedgerTransactionRow
-from gpu_share.coordinator.services.money import ledger
+from gpu_share.coordinator.services.money import ledger, tenant_billing
 from gpu_share.coordinator.services.money.clawbacks import refund_cause
 from gpu_share.coordinator.services.money.ledger import Entry, TransactionKind, transfer
 from gpu_share.testing.clock import FrozenClock
@@ -264,3 +264,16 @@ async def test_a_statement_shows_only_its_own_accounts_money(
     assert wrong_role.status_code == 403
     anonymous = await client.get("/v1/provider/statements/2026-11")
     assert anonymous.status_code == 401
+
+
+@pytest.mark.usefixtures("november")
+async def test_a_month_with_more_charges_than_a_statement_reads_is_refused_not_cut_short(
+    client: httpx.AsyncClient, tenant: TenantHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tenant_billing, "MAX_CHARGES", 3)  # November has 3
+    answer = await client.get("/v1/billing/statements/2026-11", headers=tenant.headers)
+    assert answer.status_code == 409, answer.text
+    assert "usage CSV" in answer.json()["error"]["message"]
+    monkeypatch.setattr(tenant_billing, "MAX_CHARGES", 4)
+    answer = await client.get("/v1/billing/statements/2026-11", headers=tenant.headers)
+    assert answer.status_code == 200 and answer.json()["total"]["charges"] == 3

@@ -16,7 +16,7 @@ router = APIRouter(prefix="/v1/billing", tags=["billing"])
 @router.get(
     "/statements/{month}.csv",
     response_class=Response,
-    responses={**errors(*AUTH, 422), 200: {"content": {"text/csv": {}}}},
+    responses={**errors(*AUTH, 409, 422), 200: {"content": {"text/csv": {}}}},
 )
 async def get_statement_csv(month: str, tenant: TenantPrincipal, replica: ReplicaDep) -> Response:
     """The statement as CSV: a line per runtime, per GPU model, and the total."""
@@ -27,7 +27,9 @@ async def get_statement_csv(month: str, tenant: TenantPrincipal, replica: Replic
     return csv_response(*statements.tenant_csv(found))
 
 
-@router.get("/statements/{month}", response_model=TenantStatement, responses=errors(*AUTH, 422))
+@router.get(
+    "/statements/{month}", response_model=TenantStatement, responses=errors(*AUTH, 409, 422)
+)
 async def get_statement(
     month: str, tenant: TenantPrincipal, replica: ReplicaDep
 ) -> TenantStatement:

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.csv_export import Cell, csv_text
-from gpu_share.coordinator.core.errors import field_error
+from gpu_share.coordinator.core.errors import Conflict, field_error
 from gpu_share.coordinator.core.orm import BankTransferRow, PayoutBatchRow, PayoutRow
 from gpu_share.coordinator.services.money import earnings, tenant_billing
 from gpu_share.coordinator.services.money.payout_calendar import midnight
@@ -89,6 +89,12 @@ async def tenant_statement(
 ) -> TenantStatement:
     span = month_of(month, now)
     found = await tenant_billing.charges(session, tenant_id, span.start, span.end)
+    if len(found) >= tenant_billing.MAX_CHARGES:  # read in part: its sums would be wrong
+        raise Conflict(
+            f"{span.name} has more than {tenant_billing.MAX_CHARGES:,} charges, more than a "
+            "statement reads at once: take the usage CSV (GET /v1/billing/usage.csv) a few "
+            "days at a time"
+        )
     runtimes: dict[str, _Spend] = defaultdict(_Spend)
     models: dict[str, _Spend] = defaultdict(_Spend)
     total = _Spend()
