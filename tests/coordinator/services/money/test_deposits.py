@@ -220,3 +220,24 @@ async def test_without_a_deposit_wallet_top_ups_are_not_offered(
     assert refused.status_code == 409
     assert "not set up" in refused.json()["error"]["message"]
     assert await deposit_loop.run_once(replica) == []
+
+
+async def test_a_tenant_keeps_a_few_requests_open_at_once(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    clock: FrozenClock,
+) -> None:
+    first = await ask(client, tenant)
+    for _ in range(deposits.MAX_OPEN - 1):
+        await ask(client, tenant)
+    refused = await client.post("/v1/billing/deposits", json={}, headers=tenant.headers)
+    assert refused.status_code == 409, refused.text
+    error = refused.json()["error"]
+    next_expiry = datetime.fromisoformat(error["details"]["next_expiry"])
+    assert next_expiry == datetime.fromisoformat(first["expires_at"])
+    assert "send to one of them" in error["message"]
+    await ask(client, other_tenant)  # another tenant's requests are its own
+    clock.advance(replica_of(app).settings.solana_deposit_ttl_sec + 1)
+    await ask(client, tenant)  # the oldest expired: room again

@@ -29,6 +29,8 @@ from gpu_share.coordinator.services.webhooks import events
 from gpu_share.protocol.deposits import Deposit, DepositArrival
 from gpu_share.protocol.money import usdc_text
 
+MAX_OPEN = 5  # deposit requests a tenant has watched at once
+
 
 @dataclass(frozen=True)
 class DepositTarget:
@@ -66,6 +68,7 @@ async def request(
         raise Conflict(
             "USDC top-ups are not set up on this platform; ask its operator for a top-up"
         )
+    await _room_for_one_more(session, tenant_id, now)
     row = DepositRow(
         id=new_id("dep"),
         tenant_id=tenant_id,
@@ -77,6 +80,25 @@ async def request(
     session.add(row)
     await session.flush()
     return _deposit_of(row, [], target)
+
+
+async def _room_for_one_more(session: AsyncSession, tenant_id: str, now: datetime) -> None:
+    """A tenant keeps at most `MAX_OPEN` requests watched at once: each costs the platform
+    an RPC lookup a period until it expires."""
+    watched = (
+        await session.scalars(
+            select(DepositRow.expires_at)
+            .where(DepositRow.tenant_id == tenant_id, DepositRow.expires_at > now)
+            .order_by(DepositRow.expires_at)
+        )
+    ).all()
+    if len(watched) >= MAX_OPEN:
+        raise Conflict(
+            f"you have {len(watched)} deposit requests open, the most at once: send to one of "
+            "them (each is watched until its expires_at, and any amount is credited), or ask "
+            f"again after {watched[0].isoformat()}, when the oldest expires",
+            details={"open": len(watched), "next_expiry": watched[0].isoformat()},
+        )
 
 
 async def open_requests(session: AsyncSession, now: datetime) -> list[tuple[str, str]]:
