@@ -2,6 +2,7 @@
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import date
 from decimal import Decimal
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack
@@ -11,6 +12,7 @@ import httpx
 from gpu_share.protocol.artifacts import Artifact, ArtifactKind
 from gpu_share.protocol.billing import Balance, Quote, Usage, UsageGroup
 from gpu_share.protocol.common import Page
+from gpu_share.protocol.deposits import Deposit
 from gpu_share.protocol.health import Health
 from gpu_share.protocol.invokes import Invoke, InvokeStatus, ProbeUrlResult
 from gpu_share.protocol.nodes import Node, RuntimeAvailability
@@ -18,7 +20,24 @@ from gpu_share.protocol.reservations import Reservation, ReservationQuote
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.protocol.sessions import Session
 from gpu_share.protocol.spending_limits import SpendingLimits
-from gpu_share.sdk import _api, _catboost, _reservations, _sessions
+from gpu_share.protocol.statements import TenantStatement
+from gpu_share.protocol.webhooks import (
+    TENANT_EVENTS,
+    DeliveryStatus,
+    WebhookDelivery,
+    WebhookDeliveryDetail,
+    WebhookEndpoint,
+    WebhookEndpointCreated,
+    WebhookSecret,
+)
+from gpu_share.sdk import (
+    _api,
+    _catboost,
+    _money,
+    _reservations,
+    _sessions,
+    _webhook_endpoints,
+)
 from gpu_share.sdk._api import ArraysOrFile, InvokeOptions, StatusCallback
 from gpu_share.sdk._config import DEFAULT_TIMEOUT, ClientConfig, RetryPolicy
 from gpu_share.sdk._http import Flow, SyncDriver
@@ -314,6 +333,66 @@ class Client:
     def cancel_reservation(self, reservation_id: str) -> Reservation:
         """Free before it starts; once started, every hour begun is charged (its `cost`)."""
         return self._run(_reservations.cancel_reservation(self.config, reservation_id))
+
+    # Top-ups and statements
+
+    def request_deposit(self, amount: Decimal | str | int | None = None) -> Deposit:
+        """Where to send USDC on Solana (`address`, or `solana_pay_url` for a wallet) and
+        the `reference` to add to the transfer: each finalized transfer naming it is
+        credited once, with what arrived. `amount` only fills in the wallet's form.
+        Raises `Conflict` where the platform takes no USDC top-ups."""
+        return self._run(_money.request_deposit(self.config, amount))
+
+    def deposits(self) -> list[Deposit]:
+        """The latest 20 deposit requests, newest first, each with the transfers credited."""
+        return self._run(_money.list_deposits(self.config))
+
+    def statement(self, month: date | str) -> TenantStatement:
+        """What the UTC month (YYYY-MM, or any date in it) cost, by runtime and by GPU
+        model, refunds netted; the current month is `complete=False`."""
+        return self._run(_money.statement(self.config, month))
+
+    def statement_csv(self, month: date | str) -> str:
+        """The same statement as CSV text: a line per runtime, per GPU model, and the total."""
+        return self._run(_money.statement_csv(self.config, month))
+
+    # Webhooks
+
+    def webhook_endpoints(self) -> list[WebhookEndpoint]:
+        return self._run(_webhook_endpoints.list_endpoints(self.config))
+
+    def add_webhook_endpoint(
+        self, url: str, *, events: Sequence[str] = TENANT_EVENTS
+    ) -> WebhookEndpointCreated:
+        """Send this account's `events` (`topup.credited`) to `url`. The first endpoint's
+        answer carries the signing `secret`, shown this once; later ones carry None."""
+        return self._run(_webhook_endpoints.add_endpoint(self.config, url, events))
+
+    def delete_webhook_endpoint(self, endpoint_id: str) -> None:
+        """It takes no new event; deliveries already queued for it are still sent."""
+        self._run(_webhook_endpoints.delete_endpoint(self.config, endpoint_id))
+
+    def rotate_webhook_secret(self) -> WebhookSecret:
+        """A new signing secret, shown this once (the first, if there was none); the
+        previous one signs deliveries too until `previous_valid_until` (24 hours)."""
+        return self._run(_webhook_endpoints.rotate_secret(self.config))
+
+    def webhook_deliveries(
+        self, *, status: DeliveryStatus | str | None = None, limit: int = 100
+    ) -> list[WebhookDelivery]:
+        """Deliveries to this account's endpoints and `webhook_url`s, newest first;
+        `status`: pending, delivered or failed."""
+        return self._run(
+            _webhook_endpoints.list_deliveries(self.config, status=status, limit=limit)
+        )
+
+    def get_webhook_delivery(self, delivery_id: str) -> WebhookDeliveryDetail:
+        """The body sent, byte for byte as signed, and every attempt with its answer."""
+        return self._run(_webhook_endpoints.get_delivery(self.config, delivery_id))
+
+    def replay_webhook_delivery(self, delivery_id: str) -> WebhookDelivery:
+        """Send it again within seconds with the same webhook-id, retried anew if it fails."""
+        return self._run(_webhook_endpoints.replay_delivery(self.config, delivery_id))
 
     # Sessions
 
