@@ -2,6 +2,7 @@
 
 import pytest
 
+from gpu_share.coordinator.api.docs import TAGS
 from gpu_share.testing.live import Live
 from tests.web.conftest import Browsing
 
@@ -20,6 +21,10 @@ async def test_swagger_ui_renders_offline_and_try_it_out_sends_the_key(
     await page.locator(".auth-btn-wrapper button.authorize").click()
     await page.locator(".auth-btn-wrapper button.btn-done").click()
 
+    tags = page.locator(".opblock-tag")
+    await tags.first.wait_for()
+    assert await tags.count() == len(TAGS)  # every tag is listed, folded
+    await page.locator("#operations-tag-discovery").click()
     runtimes = page.locator("#operations-discovery-list_runtimes_v1_gpu_runtimes_get")
     await runtimes.locator(".opblock-summary").click()
     await runtimes.get_by_role("button", name="Execute").click()
@@ -28,6 +33,7 @@ async def test_swagger_ui_renders_offline_and_try_it_out_sends_the_key(
     assert (await status.inner_text()).strip() == "200"  # the key went along: not 401
     assert "onnx_cpu" in await runtimes.locator(".live-responses-table").inner_text()
 
+    await page.locator("#operations-tag-invokes").click()
     invoke = page.locator("#operations-invokes-create_invoke_v1_gpu_invoke_post")
     await invoke.locator(".opblock-summary").click()
     body = await invoke.locator("textarea.body-param__text").input_value()
