@@ -13,6 +13,7 @@ from gpu_share.coordinator.services.providers.benchmarks import CPU_THRESHOLDS
 from gpu_share.protocol.nodes import Tier
 from gpu_share.testing.factories import create_provider
 from gpu_share.testing.live import AGENT_START_TIMEOUT_SEC, Live
+from gpu_share.testing.waiting import eventually
 from tests.web.conftest import signed_in_client
 
 pytestmark = pytest.mark.slow
@@ -78,7 +79,13 @@ async def test_a_new_agent_benchmarks_itself_and_its_provider_sees_the_scores(
             (matmul["score"] + node["components"]["cpu_memory"]["score"]) / 2, abs=1e-3
         )
         assert run["passed"] is should_pass(node, Tier.COMMUNITY), run
-        assert "benchmark (first) reported" in agent.log
+
+        async def agent_log() -> str:  # it logs the run once the coordinator's answer arrives
+            return agent.log
+
+        await eventually(
+            agent_log, lambda text: "benchmark (first) reported" in text, what="the agent logs it"
+        )
 
         page = await browser.get("/provider/benchmarks")
         assert page.status_code == 200
