@@ -60,8 +60,9 @@ class ChainSetup:
 
 
 def setup_from(settings: Settings) -> ChainSetup | None:
-    """None unless both the RPC URL and a payout keypair are configured."""
-    if settings.solana_rpc_url is None or not settings.solana_rpc_url.get_secret_value():
+    """None unless both the RPC URL and a payout keypair are configured
+    (`Settings.sends_usdc_payouts`, the one rule the pages read too)."""
+    if not settings.sends_usdc_payouts or settings.solana_rpc_url is None:
         return None
     key = keys.load(settings.solana_payout_keypair_path, settings.solana_payout_keypair)
     if key is None:
