@@ -6,8 +6,11 @@ Side by side in one run, on PostgreSQL, against `gpu-share server` in its own pr
       busy agent does), the fast path (a lease that is the start, then the result) and
       the three-request path (lease, start, result); vs a bare asyncpg
       `FOR UPDATE SKIP LOCKED` claim-and-complete loop with N workers on a table in the
-      same database. All four in rounds whose order turns, ours on the same N nodes;
-      the server's CPU per job is read around each submit and each drain. Target ≥ 0.25.
+      same database; and vs a minimal Starlette + asyncpg app (`minimal_dispatch_app.py`)
+      serving the same three requests (submit; lease; result bringing the next) with one
+      claim statement, over HTTP from the same number of agents. All five in rounds whose
+      order turns, ours on the same N nodes; each server's CPU per job is read around
+      each submit and each drain. Targets: ≥ 0.8 of the minimal app, ≤ 5 ms CPU a job.
   (b) enqueue-to-agent latency for an idle long-polling agent: POST /v1/gpu/invoke until
       the agent's lease answer arrives. Target p50 ≤ 5 ms.
   (c) end-to-end invoke latency of the example digits model with a warm cache (a real
@@ -15,7 +18,7 @@ Side by side in one run, on PostgreSQL, against `gpu-share server` in its own pr
       and submitting then long-polling with `?wait=` (two), vs onnxruntime in-process
       plus one HTTP round trip, all three interleaved sample by sample.
 
-Run: .venv/bin/python bench/dispatch.py [--jobs 1000] [--agents 4] [--rounds 4]
+Run: .venv/bin/python bench/dispatch.py [--jobs 1000] [--agents 4] [--rounds 5]
 """
 
 import argparse
@@ -206,6 +209,45 @@ async def ours_round(
     into.jobs += jobs
 
 
+async def minimal_round(
+    base: str, key: str, workers: int, jobs: int, app: psutil.Process, into: Throughput
+) -> None:
+    """The minimal app's round, as `ours_round` in "next" mode: `jobs` submits, then
+    `workers` agents drain them, each result bringing the next job."""
+    auth = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=base, headers=auth, timeout=30) as http:
+        before = cpu_sec(app)
+        for _ in range(jobs):
+            response = await http.post("/v1/gpu/invoke", json=CPU_BODY)
+            assert response.status_code == 202, response.text
+        into.submit_cpu_sec += cpu_sec(app) - before
+
+    done: list[int] = []
+
+    async def drain(node: str) -> None:
+        async with httpx.AsyncClient(base_url=base, headers=auth, timeout=30) as http:
+            jobs_left = (await http.post("/v1/agent/lease", json={"node": node})).json()["jobs"]
+            while jobs_left:
+                job = jobs_left.pop()
+                report = {
+                    "node": node,
+                    "lease_token": job["lease_token"],
+                    "result": {"status": "done", "outputs": None},
+                    "next": True,
+                }
+                r = await http.post(f"/v1/agent/invokes/{job['invoke_id']}/result", json=report)
+                assert r.status_code == 200, r.text
+                done.append(job["invoke_id"])
+                jobs_left += r.json()["jobs"]
+
+    start, before = time.perf_counter(), cpu_sec(app)
+    await asyncio.gather(*(drain(f"node-{n}") for n in range(workers)))
+    into.seconds += time.perf_counter() - start
+    into.drain_cpu_sec += cpu_sec(app) - before
+    assert len(done) == len(set(done)) == jobs, (len(done), jobs)
+    into.jobs += jobs
+
+
 async def throughputs(
     base: str,
     token: str,
@@ -215,23 +257,27 @@ async def throughputs(
     workers: int,
     rounds: int,
     server: psutil.Process,
+    minimal: tuple[str, str, psutil.Process],
 ) -> tuple[float, dict[str, Throughput]]:
-    """(a): the bare loop and our three ways, `rounds` rounds of `jobs / rounds` each,
-    the order turning every round (no way always runs first or after the same one), on
-    the same `workers` nodes throughout. Returns the bare loop's jobs/s and ours."""
+    """(a): the bare loop, the minimal app (`minimal`: its URL, key and process) and our
+    three ways, `rounds` rounds of `jobs / rounds` each, the order turning every round
+    (no way always runs first or after the same one), on the same `workers` nodes
+    throughout. Returns the bare loop's jobs/s, and the minimal app's and ours."""
     agents = [SimulatedAgent(base) for _ in range(workers)]
     for agent in agents:
         await agent.register(token)
     await create_bare_table(dsn)
     per_round = jobs // rounds
     bare = Throughput()
-    ours = {mode: Throughput() for mode in ("three", "fast", "next")}
+    ours = {mode: Throughput() for mode in ("three", "fast", "next", "minimal")}
     ways = ["bare", *ours]
     for r in range(rounds):
         for way in ways[r % len(ways) :] + ways[: r % len(ways)]:
             if way == "bare":
                 bare.seconds += await bare_skip_locked(dsn, per_round, workers)
                 bare.jobs += per_round
+            elif way == "minimal":
+                await minimal_round(*minimal[:2], workers, per_round, minimal[2], ours[way])
             else:
                 await ours_round(base, tenant, agents, per_round, server, ours[way], mode=way)
     for agent in agents:
@@ -357,7 +403,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--agents", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--e2e-samples", type=int, default=20)
     args = parser.parse_args()
@@ -365,8 +411,9 @@ async def main() -> None:
     url = await create_scratch_postgres("gpushare_bench")
     dsn = url.replace("postgresql+asyncpg", "postgresql")
     admin_key = "gpu_admin_" + secrets.token_urlsafe(24)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
+    port, minimal_port = free_port(), free_port()
+    base, minimal_base = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{minimal_port}"
+    minimal_key = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="gpushare-bench-") as tmp_name:
         tmp = Path(tmp_name)
         server = subprocess.Popen(
@@ -388,8 +435,23 @@ async def main() -> None:
             },
             cwd=ROOT,
         )
+        minimal_app = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "bench.minimal_dispatch_app:app",
+                "--port",
+                str(minimal_port),
+                "--log-level",
+                "warning",
+            ],
+            env={**os.environ, "BENCH_DSN": dsn, "BENCH_KEY": minimal_key},
+            cwd=ROOT,
+        )
         try:
             await wait_healthy(base)
+            await wait_healthy(minimal_base)
             async with httpx.AsyncClient(
                 base_url=base, headers={"Authorization": f"Bearer {admin_key}"}
             ) as http:
@@ -406,10 +468,12 @@ async def main() -> None:
             tenant = {"Authorization": f"Bearer {tenant_key}"}
 
             process = psutil.Process(server.pid)
+            minimal = (minimal_base, minimal_key, psutil.Process(minimal_app.pid))
             bare, ways = await throughputs(
-                base, token, tenant, dsn, args.jobs, args.agents, args.rounds, process
+                base, token, tenant, dsn, args.jobs, args.agents, args.rounds, process, minimal
             )
             three, fast, ours = ways["three"], ways["fast"], ways["next"]
+            lean = ways["minimal"]
             floor_ms = await request_floor_ms(base, process)
             latencies = await enqueue_latency(base, token, tenant, args.latency_samples)
             e2e = (
@@ -418,8 +482,9 @@ async def main() -> None:
                 else None
             )
         finally:
-            server.terminate()
-            server.wait()
+            for started in (server, minimal_app):
+                started.terminate()
+                started.wait()
             await drop_scratch_postgres(url)
 
     print(
@@ -433,10 +498,17 @@ async def main() -> None:
     ):
         print(
             f"    ours, {label}: {run.jobs_per_sec:6.0f} jobs/s,"
-            f" ratio {run.jobs_per_sec / bare:.2f};"
+            f" ÷ minimal app {run.jobs_per_sec / lean.jobs_per_sec:.2f},"
+            f" ÷ bare loop {run.jobs_per_sec / bare:.2f};"
             f" server CPU per job {run.cpu_ms:5.1f} ms (submit {run.submit_cpu_ms:.1f},"
             f" lease + result {run.drain_cpu_ms:.1f})"
         )
+    print(
+        f"    minimal Starlette + asyncpg app, result brings the next: {lean.jobs_per_sec:6.0f}"
+        f" jobs/s, ÷ bare loop {lean.jobs_per_sec / bare:.2f}; its CPU per job"
+        f" {lean.cpu_ms:5.1f} ms (submit {lean.submit_cpu_ms:.1f},"
+        f" lease + result {lean.drain_cpu_ms:.1f})"
+    )
     print(f"    bare SKIP LOCKED loop:         {bare:8.0f} jobs/s")
     print(f"    server CPU of a request that does no work (a 404): {floor_ms:.2f} ms")
     if args.latency_samples:

@@ -145,7 +145,12 @@ def null_pool_engine(url: str) -> AsyncEngine:
 
 def upsert(session: AsyncSession) -> Any:
     """The dialect's INSERT, which has `on_conflict_do_update` on SQLite and PostgreSQL alike."""
-    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    return upsert_for(session.get_bind().dialect.name)
+
+
+def upsert_for(dialect: str) -> Any:
+    """`upsert` by the dialect's name, for statements built once per dialect."""
+    return postgresql.insert if dialect == "postgresql" else sqlite.insert
 
 
 async def one_at_a_time(session: AsyncSession, key: str) -> None:

@@ -1,9 +1,10 @@
 """Nodes: registration by agents, heartbeats, and what tenants see of them."""
 
+import functools
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, delete, func, select
+from sqlalchemy import Insert, Select, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.errors import NotFound
@@ -292,10 +293,18 @@ async def runtime_availability(
 TELEMETRY_KEPT = timedelta(hours=1)
 
 
-def record_telemetry(
+async def record_telemetry(
     session: AsyncSession, node_id: str, telemetry: Telemetry, now: datetime
 ) -> None:
-    session.add(TelemetrySampleRow(node_id=node_id, at=now, telemetry=telemetry.model_dump()))
+    # A plain INSERT (every heartbeat of every node): no ORM object, and no id read back.
+    await session.execute(
+        _add_sample(), {"node_id": node_id, "at": now, "telemetry": telemetry.model_dump()}
+    )
+
+
+@functools.cache
+def _add_sample() -> Insert:
+    return insert(TelemetrySampleRow.__table__)  # type: ignore[arg-type]
 
 
 async def recent_telemetry(

@@ -1,12 +1,14 @@
 """When a node was there: heartbeats counted per 5-minute bucket, the raw material of
 the uptime part of the reliability score."""
 
+import functools
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.db import upsert
+from gpu_share.coordinator.core.db import upsert_for
 from gpu_share.coordinator.core.orm import NodePresenceRow
 
 BUCKET_SEC = 300
@@ -19,9 +21,23 @@ def bucket_of(moment: datetime) -> datetime:
 
 
 async def record_beat(session: AsyncSession, node_id: str, now: datetime) -> None:
+    dialect = session.get_bind().dialect.name
     await session.execute(
-        upsert(session)(NodePresenceRow)
-        .values(node_id=node_id, bucket_start=bucket_of(now), beats=1)
+        _count_beat(dialect), {"beat_node": node_id, "beat_bucket": bucket_of(now)}
+    )
+
+
+@functools.cache
+def _count_beat(dialect: str) -> Any:
+    """The upsert counting one beat of `:beat_node` in bucket `:beat_bucket`; built once per
+    dialect (every heartbeat of every node runs it)."""
+    return (
+        upsert_for(dialect)(NodePresenceRow)
+        .values(
+            node_id=bindparam("beat_node", type_=NodePresenceRow.node_id.type),
+            bucket_start=bindparam("beat_bucket", type_=NodePresenceRow.bucket_start.type),
+            beats=1,
+        )
         .on_conflict_do_update(
             index_elements=[NodePresenceRow.node_id, NodePresenceRow.bucket_start],
             set_={"beats": NodePresenceRow.beats + 1},

@@ -9,11 +9,12 @@ placement, ranking and the marketplace: `refresh_node` rewrites it whenever a pr
 set or removed and whenever the node's inventory changes.
 """
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.errors import NotFound, ValidationFailed
@@ -49,15 +50,26 @@ async def hourly_rate(session: AsyncSession, node: NodeRow, *, spot: bool) -> in
     """Micro-USDC per GPU-hour the node charges new work now (spot or on demand); 0 while
     its provider has set no price for its GPU model. A node with several models charges
     the highest of their prices."""
-    rows = (
-        await session.scalars(
-            select(ProviderPriceRow).where(
-                ProviderPriceRow.provider_id == node.provider_id,
-                ProviderPriceRow.gpu_model.in_(models_of(node)),
-            )
-        )
-    ).all()
+    params = {"price_provider": node.provider_id, "price_models": list(models_of(node))}
+    rows = (await session.scalars(_prices_of_models(), params)).all()
     return _rate(node, rows, spot=spot)
+
+
+@functools.cache
+def _prices_of_models() -> Select[ProviderPriceRow]:
+    """`:price_provider`'s prices for `:price_models`; built once (every lease reads it)."""
+    return select(ProviderPriceRow).where(
+        ProviderPriceRow.provider_id == bindparam("price_provider"),
+        ProviderPriceRow.gpu_model.in_(bindparam("price_models", expanding=True)),
+    )
+
+
+@functools.cache
+def _prices_of_providers() -> Select[ProviderPriceRow]:
+    """Every price of `:price_providers`; built once (every submit reads it)."""
+    return select(ProviderPriceRow).where(
+        ProviderPriceRow.provider_id.in_(bindparam("price_providers", expanding=True))
+    )
 
 
 async def on_demand_rates(session: AsyncSession, nodes: Sequence[NodeRow]) -> dict[str, int]:
@@ -66,11 +78,7 @@ async def on_demand_rates(session: AsyncSession, nodes: Sequence[NodeRow]) -> di
     providers = sorted({node.provider_id for node in nodes})
     if not providers:
         return {}
-    rows = (
-        await session.scalars(
-            select(ProviderPriceRow).where(ProviderPriceRow.provider_id.in_(providers))
-        )
-    ).all()
+    rows = (await session.scalars(_prices_of_providers(), {"price_providers": providers})).all()
     by_provider: dict[str, list[ProviderPriceRow]] = {}
     for row in rows:
         by_provider.setdefault(row.provider_id, []).append(row)

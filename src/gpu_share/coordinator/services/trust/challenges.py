@@ -10,13 +10,14 @@ the node's word about time counts for nothing. Every transition of an open chall
 is guarded by its status, so a reveal and the expiry loop cannot both decide one.
 """
 
+import functools
 import hashlib
 import secrets
 import struct
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import desc, select
+from sqlalchemy import Select, bindparam, desc, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.challenge import sizing
@@ -145,12 +146,7 @@ async def issue_due(
 
 async def waiting(session: AsyncSession, node_id: str) -> ChallengeOrder | None:
     """What the heartbeat answer tells the node: the challenge it has yet to start."""
-    row = await session.scalar(
-        select(ChallengeRow)
-        .where(ChallengeRow.node_id == node_id, ChallengeRow.status == ChallengeStatus.ISSUED)
-        .order_by(ChallengeRow.issued_at)
-        .limit(1)
-    )
+    row = await session.scalar(_issued(), {"waiting_node": node_id})
     if row is None:
         return None
     node = await session.get(NodeRow, node_id)
@@ -169,6 +165,21 @@ async def waiting(session: AsyncSession, node_id: str) -> ChallengeOrder | None:
         gpu_index=index,
         claimed_model=row.claimed_model,
         params=verdicts.params_of(row),
+    )
+
+
+@functools.cache
+def _issued() -> Select[ChallengeRow]:
+    """The oldest challenge `:waiting_node` has yet to start; built once (every heartbeat
+    asks)."""
+    return (
+        select(ChallengeRow)
+        .where(
+            ChallengeRow.node_id == bindparam("waiting_node"),
+            ChallengeRow.status == ChallengeStatus.ISSUED,
+        )
+        .order_by(ChallengeRow.issued_at)
+        .limit(1)
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BindParameter, Row, Select, bindparam, case, select, true, update
+from sqlalchemy import BindParameter, Row, Select, Update, bindparam, case, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, TenantRow
@@ -120,14 +120,21 @@ async def mark_served(session: AsyncSession, tenant_ids: set[str], now: datetime
     for (claims never wait on each other, and cannot deadlock over tenants)."""
     if not tenant_ids:
         return
+    await session.execute(_mark_served(), {"served": sorted(tenant_ids), "served_at": now})
+
+
+@functools.cache
+def _mark_served() -> Update:
+    """`mark_served`'s statement for `:served` (tenant ids) and `:served_at`; built once
+    (every claim that leases runs it)."""
     free = (
         select(TenantRow.id)
-        .where(TenantRow.id.in_(sorted(tenant_ids)))
+        .where(TenantRow.id.in_(bindparam("served", expanding=True)))
         .with_for_update(skip_locked=True)
     )
-    await session.execute(
+    return (
         update(TenantRow)
         .where(TenantRow.id.in_(free.scalar_subquery()))
-        .values(last_served_at=now)
+        .values(last_served_at=bindparam("served_at", type_=TenantRow.last_served_at.type))
         .execution_options(synchronize_session=False)
     )

@@ -5,10 +5,11 @@ Status changes go through `invoke_state`, each guarded by the lease the caller
 holds; a transition that touches no row means the caller's lease is stale.
 """
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import Update, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.errors import Conflict, NotFound
@@ -56,6 +57,22 @@ def _verdict(row: InvokeRow | None, lease: Lease) -> wire.LeaseVerdict:
     return wire.LeaseVerdict.KEEP
 
 
+@functools.cache
+def _mark_seen() -> Update:
+    """The heartbeat's UPDATE of its node, for `:beat_node`, `:beat_at` and
+    `:beat_telemetry`; built once (a heartbeat comes from every node every few seconds)."""
+    return (
+        update(NodeRow)
+        .where(NodeRow.id == bindparam("beat_node"))
+        .values(
+            last_seen_at=bindparam("beat_at", type_=NodeRow.last_seen_at.type),
+            telemetry=bindparam("beat_telemetry", type_=NodeRow.telemetry.type),
+        )
+        .returning(NodeRow.benchmark_requested_at)
+        .execution_options(synchronize_session=False)
+    )
+
+
 async def heartbeat(
     session: AsyncSession,
     node_id: str,
@@ -68,16 +85,12 @@ async def heartbeat(
     # node to change two columns cost a read and the ORM's bookkeeping on every beat).
     benchmark_requested_at = (
         await session.execute(
-            update(NodeRow)
-            .where(NodeRow.id == node_id)
-            .values(last_seen_at=now, telemetry=telemetry)
-            .returning(NodeRow.benchmark_requested_at)
-            .execution_options(synchronize_session=False)
+            _mark_seen(), {"beat_node": node_id, "beat_at": now, "beat_telemetry": telemetry}
         )
     ).one_or_none()
     if benchmark_requested_at is None:
         raise NotFound(f"node {node_id} does not exist")
-    nodes.record_telemetry(session, node_id, beat.telemetry, now)
+    await nodes.record_telemetry(session, node_id, beat.telemetry, now)
     await presence.record_beat(session, node_id, now)
     expires = now + timedelta(seconds=settings.lease_ttl_sec)
     ids = [running.invoke_id for running in beat.running]

@@ -42,10 +42,11 @@ LOCKED`), so two passes never decide for the same work, and a pass never withdra
 stop on a node where work it did not consider is placed.
 """
 
+import functools
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import Select, and_, bindparam, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.errors import Conflict
@@ -139,7 +140,14 @@ async def preempt_for_waiting_work(
 async def placed_on(session: AsyncSession, node_id: str) -> list[Any]:
     """The queued on-demand invokes placed on this node for a preemption, oldest first,
     as the claim reads them (`claims`: they are leased there first)."""
-    rows = await session.execute(
+    rows = await session.execute(_placed_on(), {"placed_node": node_id})
+    return list(rows.all())
+
+
+@functools.cache
+def _placed_on() -> Select[Any]:
+    """`placed_on`'s statement for `:placed_node`; built once (every claim reads it)."""
+    return (
         select(
             InvokeRow.id,
             InvokeRow.runtime,
@@ -149,10 +157,9 @@ async def placed_on(session: AsyncSession, node_id: str) -> list[Any]:
             InvokeRow.timeout_sec,
             InvokeRow.gpu_indices,
         )
-        .where(_QUEUED_ON_DEMAND, InvokeRow.node_id == node_id)
+        .where(_QUEUED_ON_DEMAND, InvokeRow.node_id == bindparam("placed_node"))
         .order_by(InvokeRow.created_at, InvokeRow.id)
     )
-    return list(rows.all())
 
 
 async def _place_on(session: AsyncSession, row: InvokeRow, chosen: Plan) -> None:

@@ -7,9 +7,10 @@ A node waiting in a long-poll says until when and with how much room
 never holds work up.
 """
 
+import functools
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import NodeRow
@@ -21,17 +22,20 @@ RANKING_GRACE_SEC = 2.0  # after this, any eligible node may take a job a better
 
 async def better_pollers(session: AsyncSession, node: NodeRow, now: datetime) -> list[NodeRow]:
     """Other nodes waiting in a long-poll right now with room, ranked above this one."""
-    waiting = (
-        await session.scalars(
-            select(NodeRow).where(
-                NodeRow.polling_until > now,
-                NodeRow.id != node.id,
-                NodeRow.poll_free_slots > 0,
-            )
-        )
-    ).all()
+    waiting = (await session.scalars(_waiting(), {"poll_now": now, "poll_node": node.id})).all()
     mine = ranking.rank(node)
     return [other for other in waiting if ranking.rank(other) > mine]
+
+
+@functools.cache
+def _waiting() -> Select[NodeRow]:
+    """Nodes other than `:poll_node` waiting at `:poll_now` with room; built once (every
+    claim that finds work reads it)."""
+    return select(NodeRow).where(
+        NodeRow.polling_until > bindparam("poll_now", type_=NodeRow.polling_until.type),
+        NodeRow.id != bindparam("poll_node"),
+        NodeRow.poll_free_slots > 0,
+    )
 
 
 def left_to_rival(
