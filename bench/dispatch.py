@@ -297,6 +297,21 @@ async def request_floor_ms(base: str, server: psutil.Process, requests: int = 10
         return (cpu_sec(server) - before) * 1000 / requests
 
 
+async def heartbeat_ms(base: str, token: str, server: psutil.Process, beats: int = 1000) -> float:
+    """The server's CPU for an idle node's heartbeat (what every online node sends every
+    `heartbeat_interval_sec`)."""
+    agent = SimulatedAgent(base)
+    await agent.register(token)
+    for _ in range(20):
+        await agent.heartbeat([])
+    before = cpu_sec(server)
+    for _ in range(beats):
+        await agent.heartbeat([])
+    spent = cpu_sec(server) - before
+    await agent.aclose()
+    return spent * 1000 / beats
+
+
 async def enqueue_latency(
     base: str, token: str, tenant: dict[str, str], samples: int
 ) -> list[float]:
@@ -475,6 +490,7 @@ async def main() -> None:
             three, fast, ours = ways["three"], ways["fast"], ways["next"]
             lean = ways["minimal"]
             floor_ms = await request_floor_ms(base, process)
+            beat_ms = await heartbeat_ms(base, token, process)
             latencies = await enqueue_latency(base, token, tenant, args.latency_samples)
             e2e = (
                 await end_to_end(base, token, tenant, tmp, args.e2e_samples)
@@ -511,6 +527,7 @@ async def main() -> None:
     )
     print(f"    bare SKIP LOCKED loop:         {bare:8.0f} jobs/s")
     print(f"    server CPU of a request that does no work (a 404): {floor_ms:.2f} ms")
+    print(f"    server CPU of an idle node's heartbeat: {beat_ms:.2f} ms")
     if args.latency_samples:
         print(f"(b) enqueue-to-agent latency, idle long-polling agent, {len(latencies)} samples:")
         p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)

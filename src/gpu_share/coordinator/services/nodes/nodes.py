@@ -4,7 +4,7 @@ import functools
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Insert, Select, delete, func, insert, select
+from sqlalchemy import Insert, Select, bindparam, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.errors import NotFound
@@ -257,10 +257,16 @@ async def live_nodes(session: AsyncSession, now: datetime, settings: Settings) -
     """Nodes heard from recently, listed or not (placement's `serves` says which serve),
     but for those of a suspended provider: they get no work, whatever their rows say."""
     cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
-    query = select(NodeRow).where(
-        NodeRow.last_seen_at >= cutoff, NodeRow.provider_id.not_in(_suspended_providers())
+    return list((await session.scalars(_live(), {"live_since": cutoff})).all())
+
+
+@functools.cache
+def _live() -> Select[NodeRow]:
+    """`live_nodes`' statement for `:live_since`; built once (every submit reads it)."""
+    return select(NodeRow).where(
+        NodeRow.last_seen_at >= bindparam("live_since", type_=NodeRow.last_seen_at.type),
+        NodeRow.provider_id.not_in(_suspended_providers()),
     )
-    return list((await session.scalars(query)).all())
 
 
 async def count_online(session: AsyncSession, now: datetime, settings: Settings) -> int:
