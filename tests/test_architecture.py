@@ -254,7 +254,7 @@ DOMAIN_USES: dict[str, set[str]] = {
     "rentals": {"work", "money", "nodes", "webhooks"},
     "sessions": {"work", "money", "nodes", "webhooks"},
     "market": {"work", "nodes"},
-    "platform": {"nodes"},
+    "platform": {"nodes", "money"},  # /metrics reads the books' balances
     "trust": {"work", "money", "mail", "artifacts", "nodes"},
 }
 

@@ -49,9 +49,14 @@ async def test_a_lone_invoke_starts_within_one_slot_turn(live: Live) -> None:
     )
     assert lone["status"] == "done", lone
     states = [await live.get(invoke_id) for invoke_id in flood]
-    started_before = [
-        s for s in states if s["assigned_at"] and s["assigned_at"] < lone["assigned_at"]
+    # Queued after all twelve, it went at most one slot's turn after being queued: of the
+    # flood, at most the one leased at that very moment (by a claim that read the queue
+    # before the lone invoke's submit committed) was assigned between the two. Counted
+    # from when it was queued: on a loaded machine the agent works through several of the
+    # flood while the lone tenant is made and uploads its model, as it should.
+    cut_in = [
+        s
+        for s in states
+        if s["assigned_at"] and lone["created_at"] < s["assigned_at"] < lone["assigned_at"]
     ]
-    # Queued after all twelve, it went at most one slot's turn after being queued: the job
-    # running when it arrived and at most one more (the one leased at that very moment).
-    assert len(started_before) <= 2, [s["assigned_at"] for s in states]
+    assert len(cut_in) <= 1, (lone["created_at"], [s["assigned_at"] for s in states])

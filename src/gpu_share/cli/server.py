@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from gpu_share import logs
+
 if TYPE_CHECKING:
     import uvicorn
     from fastapi import FastAPI
@@ -49,14 +51,12 @@ def run(args: argparse.Namespace) -> int:
     from gpu_share.coordinator.app import create_app
     from gpu_share.coordinator.core.settings import Settings
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    settings = Settings(**overrides)
+    logs.configure(args.log_level, settings.log_format)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     if args.log_level != "debug":  # one line per outgoing request is noise at info level
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
-    settings = Settings(**overrides)
     try:
         sock = listen_on(settings.host, settings.port)
     except CannotListen as exc:
@@ -70,7 +70,11 @@ def run(args: argparse.Namespace) -> int:
         )
     app = create_app(settings, on_admin_key=_print_admin_key)
     server = CoordinatorServer(
-        app, sock, log_level=args.log_level, ws_max_size=settings.websocket_max_bytes
+        app,
+        sock,
+        log_level=args.log_level,
+        ws_max_size=settings.websocket_max_bytes,
+        own_log_format=settings.log_format == "text",
     )
     return asyncio.run(_serve(server))
 
@@ -154,8 +158,13 @@ class CoordinatorServer:
         log_level: str,
         ws_max_size: int,
         graceful_sec: int | None = None,
+        own_log_format: bool = True,
     ) -> None:
+        """`own_log_format=False`: uvicorn's lines go through the root logger's format (JSON
+        lines, `gpu_share.logs`) instead of uvicorn's own."""
         import uvicorn
+
+        uvicorn_logging: dict[str, Any] = {} if own_log_format else {"log_config": None}
 
         self._sock = sock
         host, port = sock.getsockname()[:2]
@@ -164,6 +173,7 @@ class CoordinatorServer:
             app,
             log_level=log_level,
             access_log=False,
+            **uvicorn_logging,
             timeout_graceful_shutdown=graceful_sec,
             # Agents' session channels carry forwards and answers up to the settings' limit;
             # uvicorn's 16 MiB default would drop a node's channel, and all its sessions.

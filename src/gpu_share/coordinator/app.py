@@ -27,6 +27,7 @@ from gpu_share.coordinator.api.admin import billing as admin_billing
 from gpu_share.coordinator.api.admin import chain_payouts as admin_chain_payouts
 from gpu_share.coordinator.api.admin import challenges as admin_challenges
 from gpu_share.coordinator.api.admin import enrollment as admin_enrollment
+from gpu_share.coordinator.api.admin import metrics as admin_metrics
 from gpu_share.coordinator.api.admin import payouts as admin_payouts
 from gpu_share.coordinator.api.admin import providers as admin_providers
 from gpu_share.coordinator.api.admin import trust as admin_trust
@@ -69,6 +70,7 @@ from gpu_share.coordinator.core.errors import ApiError
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import load_signer
 from gpu_share.coordinator.http.negotiation import wants_page
+from gpu_share.coordinator.http.request_context import RequestContextMiddleware
 from gpu_share.coordinator.http.security_headers import (
     SecurityHeadersMiddleware,
     with_security_headers,
@@ -338,7 +340,8 @@ def create_app(
     )
     _install_error_handlers(app)
     app.add_middleware(RequestLimitMiddleware, limits=limits_of(settings))
-    app.add_middleware(SecurityHeadersMiddleware)  # outermost: refusals get them too
+    app.add_middleware(SecurityHeadersMiddleware)  # refusals get them too
+    app.add_middleware(RequestContextMiddleware)  # outermost: every answer has its id, timed
     # Routes are matched in order, one included router after another (a tenth of the
     # server's CPU under agent load went to matching): the agents' and tenants' hot
     # paths first, the pages after the API.
@@ -380,6 +383,7 @@ def create_app(
         admin_chain_payouts,
         tenant_deposits,
         install,
+        admin_metrics,
     ):
         app.include_router(module.router)
     site.install(app)

@@ -26,6 +26,7 @@ from gpu_share.protocol.accounts import Role
 
 PAGE_ROLES = {"/console": Role.TENANT, "/provider": Role.PROVIDER, "/admin": Role.ADMIN}
 API_ROLES = {
+    "/metrics": Role.ADMIN,  # or the operator's metrics token (test_metrics.py)
     "/v1/admin/": Role.ADMIN,
     "/v1/agent/": Role.AGENT,
     "/v1/provider/": Role.PROVIDER,

@@ -6,6 +6,7 @@ Missing, malformed, unknown or revoked key → 401; a valid key of another role 
 A WebSocket gets the same answers as a close with code 1008 before it is accepted.
 """
 
+import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, TypeVar
@@ -24,7 +25,7 @@ from gpu_share.coordinator.core.principals import (
     ProviderCaller,
     TenantCaller,
 )
-from gpu_share.coordinator.http.principals import principal_of_connection
+from gpu_share.coordinator.http.principals import bearer_key, principal_of_connection
 from gpu_share.coordinator.http.replica import ReplicaDep
 from gpu_share.coordinator.replica.state import Replica
 
@@ -99,12 +100,23 @@ def require_on_websocket(kind: type[P]) -> Callable[..., Awaitable[P]]:
     return dependency
 
 
+async def _scraper(connection: HTTPConnection, replica: ReplicaDep, _scheme: Documented) -> None:
+    """Prometheus, with the operator's metrics token (`GPUSHARE_METRICS_TOKEN`), or an admin."""
+    token = replica.settings.metrics_token
+    key = bearer_key(connection)
+    if token is not None and hmac.compare_digest(key.encode(), token.get_secret_value().encode()):
+        return
+    principal = await principal_of_connection(connection, replica)
+    _role_check(principal, AdminCaller)
+
+
 TenantPrincipal = Annotated[TenantCaller, Depends(require(TenantCaller))]
 ProviderPrincipal = Annotated[ProviderCaller, Depends(require(ProviderCaller))]
 NodePrincipal = Annotated[NodeCaller, Depends(require(NodeCaller))]
 AdminPrincipal = Annotated[AdminCaller, Depends(require(AdminCaller))]
 TenantOrAdmin = Annotated[Principal, Depends(require_any(TenantCaller, AdminCaller))]
 NodeChannel = Annotated[NodeCaller, Depends(require_on_websocket(NodeCaller))]
+Scraper = Annotated[None, Depends(_scraper)]
 
 
 @dataclass(frozen=True)

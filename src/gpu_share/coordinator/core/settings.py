@@ -3,7 +3,7 @@
 import ipaddress
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -49,6 +49,13 @@ class Settings(BaseSettings):
     admin_key: SecretStr | None = Field(default=None, description="Admin key set at first start")
     key_cache_ttl_sec: float = Field(
         default=5.0, ge=0, description="How long a replica trusts a verified key (0: never)"
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="A bearer token Prometheus scrapes /metrics with (an admin key works too)",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON object per log line, with request ids"
     )
 
     max_model_bytes: int = Field(default=64 * MiB, gt=0)

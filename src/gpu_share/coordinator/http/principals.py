@@ -6,9 +6,10 @@ import asyncio
 
 from starlette.requests import HTTPConnection
 
+from gpu_share import logs
 from gpu_share.coordinator.core.errors import RateLimited, Unauthorized
 from gpu_share.coordinator.core.keys import hash_key
-from gpu_share.coordinator.core.principals import Principal
+from gpu_share.coordinator.core.principals import NodeCaller, Principal
 from gpu_share.coordinator.http.replica import client_address
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.accounts import rate_limits
@@ -41,15 +42,17 @@ async def principal_for_key(replica: Replica, key: str, client: str) -> Principa
     counts against the address, and past the limit a failure answers 429 with
     `Retry-After`, after a pause, instead of 401. Used by the API and the sign-in page."""
     key_hash = hash_key(key)
-    if (cached := replica.key_cache.get(key_hash)) is not None:
-        return cached
-    try:
-        async with replica.db.read() as session:
-            principal = await authenticate(session, key)
-    except Unauthorized:
-        await _count_failure(replica, client)
-        raise
-    replica.key_cache.put(key_hash, principal)
+    principal = replica.key_cache.get(key_hash)
+    if principal is None:
+        try:
+            async with replica.db.read() as session:
+                principal = await authenticate(session, key)
+        except Unauthorized:
+            await _count_failure(replica, client)
+            raise
+        replica.key_cache.put(key_hash, principal)
+    if isinstance(principal, NodeCaller):
+        logs.node_id.set(principal.node_id)  # the request's log lines name the node
     return principal
 
 

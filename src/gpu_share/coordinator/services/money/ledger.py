@@ -28,6 +28,7 @@ from typing import Any, TypedDict
 from sqlalchemy import JSON, TextClause, bindparam, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core import metrics
 from gpu_share.coordinator.core.errors import InsufficientBalance
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import (
@@ -218,6 +219,8 @@ async def post(
                 details={"available": usdc_text(have), "required": usdc_text(-amount)},
             )
     await _credit(session, credits, now)
+    moved = sum(m for _, m in moves if m > 0)
+    metrics.after_commit(session, lambda: _count_posting(kind, moved))
     if moves:
         await session.execute(
             _insert_entries(len(moves)),
@@ -229,6 +232,11 @@ async def post(
             },
         )
     return True
+
+
+def _count_posting(kind: TransactionKind, moved: int) -> None:
+    metrics.LEDGER_POSTINGS.labels(kind.value).inc()
+    metrics.LEDGER_MOVED.labels(kind.value).inc(moved)
 
 
 async def _take(session: AsyncSession, account: Account, amount: int) -> bool:

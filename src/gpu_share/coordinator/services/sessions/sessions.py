@@ -8,6 +8,7 @@ not touch the database: counters and last use are flushed by `maintain`.
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core import metrics
 from gpu_share.coordinator.core.clock import Clock
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.errors import (
@@ -374,6 +376,20 @@ class Sessions:
         return await self.get(tenant_id, session_id)
 
     async def forward(
+        self, tenant_id: str, session_id: str, fmt: str, payload: bytes
+    ) -> ForwardAnswer:
+        """Run the session's model on `payload`; timed and counted for /metrics."""
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            answer = await self._forward(tenant_id, session_id, fmt, payload)
+            outcome = "ok"
+            return answer
+        finally:
+            metrics.SESSION_FORWARDS.labels(outcome).inc()
+            metrics.FORWARD_SECONDS.observe(time.perf_counter() - started)
+
+    async def _forward(
         self, tenant_id: str, session_id: str, fmt: str, payload: bytes
     ) -> ForwardAnswer:
         live = self.hub.get(session_id)

@@ -12,6 +12,7 @@ import logging
 import time
 from datetime import timedelta
 
+from gpu_share.coordinator.core import metrics
 from gpu_share.coordinator.core.clock import Clock
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.settings import Settings
@@ -20,6 +21,12 @@ from gpu_share.netguard import FetchError, SafeFetcher
 from gpu_share.protocol.webhooks import DeliveryStatus
 
 log = logging.getLogger(__name__)
+
+_OUTCOME = {  # an attempt as /metrics counts it
+    DeliveryStatus.DELIVERED: "delivered",
+    DeliveryStatus.PENDING: "retrying",
+    DeliveryStatus.FAILED: "failed",
+}
 
 
 async def _attempt(
@@ -77,6 +84,7 @@ async def deliver_due(
             status = await deliveries.record(session, claimed, outcome, clock.now(), retry_for)
             if status is not None:
                 counts[status] = counts.get(status, 0) + 1
+                metrics.after_commit(session, metrics.WEBHOOK_ATTEMPTS.labels(_OUTCOME[status]).inc)
             if status is DeliveryStatus.FAILED:
                 log.warning("webhook %s given up: %s", claimed.id, outcome.error)
     return counts

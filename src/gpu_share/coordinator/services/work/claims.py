@@ -9,11 +9,13 @@ it takes is leased by `leased_jobs`; what happens to a lease afterwards is `leas
 """
 
 import functools
+import time
 from datetime import datetime, timedelta
 
 from sqlalchemy import Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core import metrics
 from gpu_share.coordinator.core.errors import NotFound
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow
 from gpu_share.coordinator.services.nodes.placement import (
@@ -56,7 +58,28 @@ async def claim(
     *,
     polling_until: datetime | None = None,
 ) -> list[wire.LeasedJob]:
-    """Lease up to `request.slots` jobs to this node, or none (SPEC §4.1).
+    """Lease up to `request.slots` jobs to this node, or none (SPEC §4.1); timed and
+    counted for /metrics (`_claim` decides)."""
+    started = time.perf_counter()
+    try:
+        jobs = await _claim(session, node_id, request, now, ctx, polling_until=polling_until)
+    finally:
+        metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
+    if jobs:
+        metrics.after_commit(session, lambda: metrics.CLAIMED_JOBS.inc(len(jobs)))
+    return jobs
+
+
+async def _claim(
+    session: AsyncSession,
+    node_id: str,
+    request: wire.LeaseRequest,
+    now: datetime,
+    ctx: LeaseContext,
+    *,
+    polling_until: datetime | None,
+) -> list[wire.LeasedJob]:
+    """Lease up to `request.slots` jobs to this node, or none.
 
     Which job: on-demand before spot, then fair share across tenants (the tenant served
     longest ago first, round robin within one claim), then oldest first. Whether this

@@ -35,6 +35,7 @@ from typing import Any
 from sqlalchemy import Update, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core import metrics
 from gpu_share.coordinator.core.orm import InvokeRow
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
 from gpu_share.coordinator.services.money import billing
@@ -90,6 +91,7 @@ async def _final(
     ).one_or_none()
     if final is None:
         return False
+    metrics.after_commit(session, metrics.INVOKES_ENDED.labels(values["status"]).inc)
     await billing.settle(session, final, values["finished_at"])
     if final.webhook_url:  # told in the same transaction; no query for invokes without one
         await _emit_final(session, final, values)
