@@ -1,0 +1,53 @@
+"""`gpu-share server` with `GPUSHARE_LOG_FORMAT=json`: every line it writes, uvicorn's
+included, is one JSON object."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from gpu_share.testing.factories import TEST_ADMIN_KEY
+from gpu_share.testing.servers import free_port
+
+
+def test_json_logs_are_one_object_per_line_from_start_to_stop(tmp_path: Path) -> None:
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gpu_share.cli.main", "server", "--port", str(port)],
+        env={
+            **os.environ,
+            "GPUSHARE_DATA_DIR": str(tmp_path),
+            "GPUSHARE_ADMIN_KEY": TEST_ADMIN_KEY,
+            "GPUSHARE_LOG_FORMAT": "json",
+            "PYTHONUNBUFFERED": "1",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                answer = httpx.get(f"{base}/health", timeout=5, trust_env=False)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the server did not start"
+                assert server.poll() is None, "the server exited"
+                time.sleep(0.1)
+        assert len(answer.headers["x-request-id"]) == 16
+    finally:
+        server.terminate()
+        out, _ = server.communicate(timeout=30)
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+    messages = [line["message"] for line in lines]
+    assert any("Uvicorn running on" in m for m in messages), messages
+    assert any("GPUSHARE_PUBLIC_BASE_URL is not set" in m for m in messages), messages
+    assert {line["level"] for line in lines} <= {"debug", "info", "warning", "error"}
+    assert all({"ts", "logger"} <= line.keys() for line in lines)
