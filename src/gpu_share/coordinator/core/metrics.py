@@ -54,7 +54,7 @@ HTTP_SECONDS = Histogram(
 )
 CLAIM_SECONDS = Histogram(
     "gpushare_claim_seconds",
-    "A node's claim of queued work (one transaction), whether it found work or not",
+    "A node's claim of queued work (its statements, before the commit), found or not",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
     registry=EVENTS,
 )
