@@ -157,10 +157,14 @@ class JobReporter:
     async def send(self, report: wire.ResultReport) -> list[wire.LeasedJob]:
         """Report the result; the jobs leased with it (see `ResultReport.next`)."""
         try:
-            return await self.ctx.client.report(self.invoke_id, report, retry_for=REPORT_RETRY_SEC)
+            handed_on = await self.ctx.client.report(
+                self.invoke_id, report, retry_for=REPORT_RETRY_SEC
+            )
         except StaleLease:
             log.info("invoke %s: the coordinator refused the result (lease stale)", self.invoke_id)
             return []
+        log.info("invoke %s: %s, reported", self.invoke_id, report.status.value)
+        return handed_on
 
     async def send_preempted(self) -> None:
         """The job stopped for on-demand work: the coordinator requeues it."""

@@ -1,6 +1,7 @@
 """The agent's one settings object; `GPUSHARE_AGENT_*` variables, read by the CLI only."""
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,6 +39,9 @@ class AgentSettings(BaseSettings):
         description="CIDRs jobs' URLs may point to although private (tests on loopback)",
     )
     job_threads: int | None = Field(default=None, ge=1, description="Threads per CPU job")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON object per log line, with node and invoke"
+    )
     keep_job_dirs: bool = False
     checkpoint_interval_sec: float = Field(
         default=60.0, gt=0, description="Training snapshots: how often to write and upload"

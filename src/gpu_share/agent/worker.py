@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from gpu_share import logs
 from gpu_share._version import __version__
 from gpu_share.agent import gpu as gpu_module
 from gpu_share.agent.benchmarks.schedule import BenchmarkSchedule
@@ -315,6 +316,7 @@ class Agent:
             self.nvml.shutdown()
 
     async def _serve(self, stop: asyncio.Event, drain_timeout: float) -> None:
+        logs.node_id.set(self.node_id)  # every line from here on, and the tasks started here
         log.info(
             "node %s online: %d GPU(s), runtimes %s, %d slot(s), %s sandbox",
             self.node_id,
@@ -509,7 +511,8 @@ class Agent:
 
         async def run() -> None:
             try:
-                await job.run()
+                with logs.bound(invoke_id=lease.invoke_id):  # the job's lines name it
+                    await job.run()
             finally:
                 self.jobs.pop(lease.invoke_id, None)
                 self._free_gpus.extend(gpus)

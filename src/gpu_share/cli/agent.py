@@ -6,6 +6,7 @@ import logging
 import signal
 from typing import Any
 
+from gpu_share import logs
 from gpu_share.cli._extras import require_extra
 
 
@@ -60,11 +61,6 @@ def settings_from(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     require_extra("agent", "psutil", "pydantic_settings")
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if args.log_level != "debug":  # one line per request is noise at info level
-        logging.getLogger("httpx").setLevel(logging.WARNING)
     from pydantic import ValidationError
 
     try:
@@ -74,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
         field = ".".join(str(p) for p in first["loc"])
         print(f"gpu-share agent: {field}: {first['msg']} (use --{field.replace('_', '-')})")
         return 2
+    logs.configure(args.log_level, settings.log_format)
+    if args.log_level != "debug":  # one line per request is noise at info level
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     return asyncio.run(_run(settings))
 
 
