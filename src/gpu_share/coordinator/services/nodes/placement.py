@@ -147,13 +147,31 @@ def in_window(node: NodeRow, now: datetime) -> bool:
     return availability_of(node).open_at(now)
 
 
-def listed_gpu(node: NodeRow, gpu: dict[str, Any]) -> bool:
+class Hardware(Protocol):
+    """What listing and proofs read of a node: a `NodeRow`, or only those columns (a
+    scrape weighing every online node, `platform.metrics`)."""
+
+    @property
+    def delisted(self) -> bool: ...
+    @property
+    def quarantined_at(self) -> datetime | None: ...
+    @property
+    def benchmark_state(self) -> dict[str, Any] | None: ...
+    @property
+    def verification(self) -> dict[str, Any] | None: ...
+    @property
+    def gpus(self) -> list[Any]: ...
+    @property
+    def cpu_count(self) -> int: ...
+
+
+def listed_gpu(node: Hardware, gpu: dict[str, Any]) -> bool:
     """A GPU is listed unless its latest benchmark failed (it is delisted until one passes)."""
     verdict = ((node.benchmark_state or {}).get("gpus") or {}).get(str(gpu.get("uuid")))
     return not (isinstance(verdict, dict) and verdict.get("passed") is False)
 
 
-def node_listed(node: NodeRow) -> bool:
+def node_listed(node: Hardware) -> bool:
     """The node as a whole: not delisted by an admin, not quarantined (caught cheating),
     and its own benchmark not failed."""
     if node.delisted or node.quarantined_at is not None:
@@ -179,7 +197,7 @@ def _catalog_name(nvml_name: str, vram_mb: int) -> str | None:
     return model.name if model is not None else None
 
 
-def gpu_proof(node: NodeRow, gpu: dict[str, Any]) -> dict[str, Any] | None:
+def gpu_proof(node: Hardware, gpu: dict[str, Any]) -> dict[str, Any] | None:
     """The passed challenge that proves this GPU is what it now claims to be, if any: its
     UUID's entry in `NodeRow.verification`, naming the catalog model the GPU matches now
     (another name, or a GPU the catalog does not know, is not proven)."""
@@ -190,11 +208,11 @@ def gpu_proof(node: NodeRow, gpu: dict[str, Any]) -> dict[str, Any] | None:
     return proof if claimed is not None and proof.get("model") == claimed else None
 
 
-def gpu_verified(node: NodeRow, gpu: dict[str, Any]) -> bool:
+def gpu_verified(node: Hardware, gpu: dict[str, Any]) -> bool:
     return gpu_proof(node, gpu) is not None
 
 
-def cpu_proof(node: NodeRow) -> dict[str, Any] | None:
+def cpu_proof(node: Hardware) -> dict[str, Any] | None:
     """The passed challenge of a CPU node's cores: at least as many as it advertises."""
     proof = (node.verification or {}).get(CPU_PROOF)
     if not isinstance(proof, dict):
@@ -204,7 +222,7 @@ def cpu_proof(node: NodeRow) -> dict[str, Any] | None:
     return proof if ok else None
 
 
-def node_verified(node: NodeRow) -> bool:
+def node_verified(node: Hardware) -> bool:
     """All of the node's hardware is proven: every GPU as its model, or a CPU node's cores."""
     if node.gpus:
         return all(gpu_verified(node, gpu) for gpu in node.gpus)

@@ -6,7 +6,9 @@ The events (requests, claims, invokes ending, forwards, postings, webhook attemp
 counted where they happen, in `core.metrics`.
 """
 
+from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -82,11 +84,32 @@ async def _work(session: AsyncSession) -> list[Reading]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """What the scrape reads of an online node: its tier and what placement's listing and
+    proofs read (`placement.Hardware`); no ORM object (10,000 of them cost a scrape 0.4 s
+    of the event loop's CPU)."""
+
+    tier: str
+    delisted: bool
+    quarantined_at: datetime | None
+    benchmark_state: dict[str, Any] | None
+    verification: dict[str, Any] | None
+    gpus: list[Any]
+    cpu_count: int
+
+
 async def _nodes(session: AsyncSession, now: datetime, settings: Settings) -> list[Reading]:
     """Online capacity as the admin's overview counts it (never a quarantined node)."""
     nodes: dict[tuple[str, str], int] = {}
     gpus: dict[tuple[str], int] = {}
-    for node in await session.scalars(select(NodeRow).where(online(now, settings))):
+    online_nodes = await session.execute(
+        select(*(getattr(NodeRow, field.name) for field in fields(_Node))).where(
+            online(now, settings)
+        )
+    )
+    for row in online_nodes.all():
+        node = _Node(*row)
         if not node_listed(node):
             continue
         key = (node.tier, "true" if node_verified(node) else "false")
