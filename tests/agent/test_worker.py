@@ -1,6 +1,8 @@
 """The agent's start (`Agent.connect`): a machine the coordinator refuses stops with the
-coordinator's reason, in words, rather than a traceback or a retry loop."""
+coordinator's reason, in words, rather than a traceback or a retry loop; and its stop
+(`Agent.run`'s drain)."""
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -56,3 +58,41 @@ async def test_a_saved_node_taking_in_quarantined_gpus_is_refused_at_start(
     with pytest.raises(AgentStartError, match=r"refused this machine.*quarantined"):
         await restarted.connect()
     await restarted.client.aclose()
+
+
+class Reporting:
+    """A job as the drain sees it: its result on its way, or still running."""
+
+    def __init__(self, reporting: bool) -> None:
+        self.reporting = reporting
+
+
+async def test_at_stop_a_result_on_its_way_arrives_and_a_running_job_is_left(
+    tmp_path: Path,
+) -> None:
+    """`gpu-share up` stops its agent with no drain: a job whose result is being reported
+    is over, and cutting the report off would leave a finished job to be run again (and
+    the stop would say one job is left running); a job still running is left at once."""
+    agent = make_agent(tmp_path)
+    arrived = asyncio.Event()
+
+    async def report_on_its_way() -> None:
+        await asyncio.sleep(0.5)  # a slow network, or a busy coordinator
+        arrived.set()
+        agent.jobs.pop("inv_reporting")
+
+    async def still_running() -> None:
+        await asyncio.sleep(60)
+
+    agent.jobs = {"inv_reporting": Reporting(True), "inv_running": Reporting(False)}  # type: ignore[dict-item]
+    agent._tasks = {
+        asyncio.create_task(report_on_its_way()),
+        running := asyncio.create_task(still_running()),
+    }
+    for task in agent._tasks:
+        task.add_done_callback(agent._tasks.discard)
+    await asyncio.wait_for(agent._drain(0), 10)
+    assert arrived.is_set()  # let arrive, not cut off
+    assert running.cancelled()
+    assert agent.left_running == 1  # the running one only
+    await agent.client.aclose()

@@ -66,6 +66,7 @@ class Job:
         self.reporter = JobReporter(ctx, lease, gpus, self.logs)
         self.checkpoints: CheckpointKeeper | None = None
         self._stopped_for_preemption = False
+        self.reporting = False  # the result is on its way: the job itself is over
 
     @property
     def invoke_id(self) -> str:
@@ -110,6 +111,7 @@ class Job:
         if report is None or self.outcome.dropped.is_set():
             log.info("invoke %s: lease lost; result not reported", self.invoke_id)
             return
+        self.reporting = True
         self.successors = await self.reporter.send(report)
 
     async def _execute(self, started: float) -> wire.ResultReport | None:

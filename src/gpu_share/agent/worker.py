@@ -50,6 +50,8 @@ from gpu_share.protocol.trust import ChallengeKind, ChallengeOrder
 
 log = logging.getLogger(__name__)
 
+REPORT_GRACE_SEC = 5.0  # at stop, how long a result already on its way may take to arrive
+
 
 class AgentStartError(Exception):
     """The agent cannot start: say what to fix."""
@@ -390,6 +392,15 @@ class Agent:
             # Again while jobs remain: one may hand its slot to a job leased with its result.
             while self._tasks and (left := deadline - loop.time()) > 0:
                 await asyncio.wait(set(self._tasks), timeout=left)
+        # A job whose result is on its way is over: its report is let arrive, not cut off
+        # (the coordinator may have taken it already) and counted as work left running.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + REPORT_GRACE_SEC
+        while (
+            any(job.reporting for job in self.jobs.values())
+            and (left := deadline - loop.time()) > 0
+        ):
+            await asyncio.wait(set(self._tasks), timeout=left, return_when=asyncio.FIRST_COMPLETED)
         pending = set(self._tasks)
         self.left_running = len(pending)
         for task in pending:
