@@ -51,3 +51,23 @@ def test_json_logs_are_one_object_per_line_from_start_to_stop(tmp_path: Path) ->
     assert any("GPUSHARE_PUBLIC_BASE_URL is not set" in m for m in messages), messages
     assert {line["level"] for line in lines} <= {"debug", "info", "warning", "error"}
     assert all({"ts", "logger"} <= line.keys() for line in lines)
+
+
+def test_a_metrics_folder_that_is_not_there_stops_the_server_saying_so(tmp_path: Path) -> None:
+    missing = tmp_path / "not-made"
+    done = subprocess.run(
+        [sys.executable, "-m", "gpu_share.cli.main", "server", "--port", str(free_port())],
+        env={
+            **os.environ,
+            "GPUSHARE_DATA_DIR": str(tmp_path),
+            "PROMETHEUS_MULTIPROC_DIR": str(missing),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"gpu-share server: PROMETHEUS_MULTIPROC_DIR={missing} is not a folder: create it "
+        "(empty) before the server processes start, or unset it to count each process apart"
+    )

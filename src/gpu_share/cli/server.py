@@ -48,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     from gpu_share.cli._extras import require_extra
 
     require_extra("server", "fastapi", "sqlalchemy", "uvicorn")
+    if problem := _metrics_folder_problem():
+        print(f"gpu-share server: {problem}", file=sys.stderr)
+        return 2
     from gpu_share.coordinator.app import create_app
     from gpu_share.coordinator.core.settings import Settings
 
@@ -141,6 +144,18 @@ def on_stop_signals(stop: Callable[[], None]) -> Iterator[None]:
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
+
+
+def _metrics_folder_problem() -> str | None:
+    """Several processes' metrics go to files in PROMETHEUS_MULTIPROC_DIR
+    (`coordinator.core.metrics`); checked before the app is imported, which opens them."""
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not folder or os.path.isdir(folder):
+        return None
+    return (
+        f"PROMETHEUS_MULTIPROC_DIR={folder} is not a folder: create it (empty) before the "
+        "server processes start, or unset it to count each process apart"
+    )
 
 
 class CoordinatorServer:
