@@ -13,7 +13,9 @@ pytestmark = pytest.mark.slow
 
 
 async def test_the_agents_json_lines_name_the_node_and_the_invoke(live: Live) -> None:
-    agent = live.agent(env={"GPUSHARE_AGENT_LOG_FORMAT": "json"}, sandbox="process")
+    agent = live.agent(
+        env={"GPUSHARE_AGENT_LOG_FORMAT": "json"}, sandbox="process", log_level="debug"
+    )
     invoke_id = await live.invoke(model_url=await live.upload(DIGITS_MODEL.read_bytes(), "model"))
     state = await live.finished(invoke_id)
     assert state["status"] == "done"

@@ -163,7 +163,7 @@ class JobReporter:
         except StaleLease:
             log.info("invoke %s: the coordinator refused the result (lease stale)", self.invoke_id)
             return []
-        log.info("invoke %s: %s, reported", self.invoke_id, report.status.value)
+        log.debug("invoke %s: %s, reported", self.invoke_id, report.status.value)
         return handed_on
 
     async def send_preempted(self) -> None:

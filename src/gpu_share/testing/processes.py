@@ -25,6 +25,7 @@ class AgentProcess:
         max_jobs: int = 1,
         allow_unisolated: bool | None = None,
         env: dict[str, str] | None = None,
+        log_level: str = "info",
     ) -> None:
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -45,7 +46,7 @@ class AgentProcess:
             "--max-jobs",
             str(max_jobs),
             "--log-level",
-            "info",
+            log_level,
         ]
         for cidr in allow_networks:
             argv += ["--allow-network", cidr]
