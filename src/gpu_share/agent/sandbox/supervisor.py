@@ -106,6 +106,11 @@ def supervise(config: dict[str, Any]) -> int:
             agent_gone = True  # nobody will read the result
             break
         _read_available(wakeup_r)
+    # From here on it only cleans up and exits. The agent's SIGTERM may still be on its
+    # way (it kills the job's processes first, which can end this loop before the signal
+    # comes): held pending, so it cannot reach the interpreter's shutdown, which restores
+    # the default action and would end this process with -15 instead of the job's status.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     status = _kill_all(config.get("cgroup_kill"), leader, status)
     hits = sorted(
         {limit for limit, path, key in config.get("cgroup_events", []) if _count(path, key)}
