@@ -385,16 +385,15 @@ class Agent:
     async def _drain(self, timeout: float) -> None:
         if not self._tasks:
             return
+        loop = asyncio.get_running_loop()
         if timeout > 0:
             log.info("waiting up to %.0fs for %d running job(s)", timeout, len(self._tasks))
-            loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
             # Again while jobs remain: one may hand its slot to a job leased with its result.
             while self._tasks and (left := deadline - loop.time()) > 0:
                 await asyncio.wait(set(self._tasks), timeout=left)
         # A job whose result is on its way is over: its report is let arrive, not cut off
         # (the coordinator may have taken it already) and counted as work left running.
-        loop = asyncio.get_running_loop()
         deadline = loop.time() + REPORT_GRACE_SEC
         while (
             any(job.reporting for job in self.jobs.values())

@@ -6,9 +6,8 @@ The events (requests, claims, invokes ending, forwards, postings, webhook attemp
 counted where they happen, in `core.metrics`.
 """
 
-from dataclasses import dataclass, fields
+from collections import Counter
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -20,7 +19,6 @@ from gpu_share.coordinator.core.orm import (
     ChainPayoutRow,
     InvokeRow,
     LedgerAccountRow,
-    NodeRow,
     PayoutRow,
     SessionRow,
     WebhookDeliveryRow,
@@ -28,8 +26,13 @@ from gpu_share.coordinator.core.orm import (
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES, OPEN_SESSION_VALUES
 from gpu_share.coordinator.services.money import ledger
-from gpu_share.coordinator.services.nodes.placement import listed_gpu, node_listed, node_verified
-from gpu_share.coordinator.services.platform.overview import mails_failed, mails_waiting, online
+from gpu_share.coordinator.services.nodes.placement import node_verified
+from gpu_share.coordinator.services.platform.overview import (
+    listed_online_nodes,
+    mails_failed,
+    mails_waiting,
+    nodes_quarantined,
+)
 from gpu_share.protocol.invokes import InvokeStatus
 
 ANY_TIER = "any"  # a queued invoke that asks for no tier
@@ -84,41 +87,13 @@ async def _work(session: AsyncSession) -> list[Reading]:
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class _Node:
-    """What the scrape reads of an online node: its tier and what placement's listing and
-    proofs read (`placement.Hardware`); no ORM object (10,000 of them cost a scrape 0.4 s
-    of the event loop's CPU)."""
-
-    tier: str
-    delisted: bool
-    quarantined_at: datetime | None
-    benchmark_state: dict[str, Any] | None
-    verification: dict[str, Any] | None
-    gpus: list[Any]
-    cpu_count: int
-
-
 async def _nodes(session: AsyncSession, now: datetime, settings: Settings) -> list[Reading]:
     """Online capacity as the admin's overview counts it (never a quarantined node)."""
-    nodes: dict[tuple[str, str], int] = {}
-    gpus: dict[tuple[str], int] = {}
-    online_nodes = await session.execute(
-        select(*(getattr(NodeRow, field.name) for field in fields(_Node))).where(
-            online(now, settings)
-        )
-    )
-    for row in online_nodes.all():
-        node = _Node(*row)
-        if not node_listed(node):
-            continue
-        key = (node.tier, "true" if node_verified(node) else "false")
-        nodes[key] = nodes.get(key, 0) + 1
-        listed = sum(1 for gpu in node.gpus or [] if listed_gpu(node, gpu))
-        gpus[(node.tier,)] = gpus.get((node.tier,), 0) + listed
-    quarantined = await session.scalar(
-        select(func.count()).where(NodeRow.quarantined_at.is_not(None))
-    )
+    nodes: Counter[tuple[str, str]] = Counter()
+    gpus: Counter[tuple[str]] = Counter()
+    for node in await listed_online_nodes(session, now, settings):
+        nodes[(node.tier, "true" if node_verified(node) else "false")] += 1
+        gpus[(node.tier,)] += node.listed_gpus
     return [
         Reading(
             "gpushare_nodes_online",
@@ -137,7 +112,7 @@ async def _nodes(session: AsyncSession, now: datetime, settings: Settings) -> li
             "gpushare_nodes_quarantined",
             "Nodes caught returning wrong results: never online capacity",
             (),
-            [((), int(quarantined or 0))],
+            [((), await nodes_quarantined(session))],
         ),
     ]
 

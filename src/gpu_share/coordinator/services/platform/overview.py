@@ -7,8 +7,9 @@ it is counted apart (`nodes_quarantined`), never in `nodes_online` nor in the GP
 offered (`gpus_online`), here and in the health check.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -77,15 +78,46 @@ async def nodes_online(session: AsyncSession, now: datetime, settings: Settings)
     return await _count(session, online(now, settings), table=NodeRow)
 
 
+@dataclass(frozen=True, slots=True)
+class OnlineNode:
+    """An online node as the counts read it: its tier and what placement's listing and
+    proofs read (`placement.Hardware`), no ORM object (10,000 of them took a scrape of
+    /metrics 0.3-0.5 s of the event loop's CPU)."""
+
+    tier: str
+    delisted: bool
+    quarantined_at: datetime | None
+    benchmark_state: dict[str, Any] | None
+    verification: dict[str, Any] | None
+    gpus: list[Any]
+    cpu_count: int
+
+    @property
+    def listed_gpus(self) -> int:
+        """Its GPUs whose benchmark has not failed (placement's rule)."""
+        return sum(1 for gpu in self.gpus or [] if listed_gpu(self, gpu))
+
+
+async def listed_online_nodes(
+    session: AsyncSession, now: datetime, settings: Settings
+) -> list[OnlineNode]:
+    """The online nodes that are listed (`placement.node_listed`)."""
+    rows = await session.execute(
+        select(*(getattr(NodeRow, field.name) for field in fields(OnlineNode))).where(
+            online(now, settings)
+        )
+    )
+    return [node for node in (OnlineNode(*row) for row in rows.all()) if node_listed(node)]
+
+
 async def gpus_online(session: AsyncSession, now: datetime, settings: Settings) -> int:
     """The GPUs the online nodes offer: each listed node's GPUs whose benchmark has not
     failed (placement's rules), a quarantined node's never."""
-    rows = await session.scalars(select(NodeRow).where(online(now, settings)))
-    return sum(
-        sum(1 for gpu in node.gpus or [] if listed_gpu(node, gpu))
-        for node in rows
-        if node_listed(node)
-    )
+    return sum(node.listed_gpus for node in await listed_online_nodes(session, now, settings))
+
+
+async def nodes_quarantined(session: AsyncSession) -> int:
+    return await _count(session, NodeRow.quarantined_at.is_not(None), table=NodeRow)
 
 
 async def counts(session: AsyncSession, now: datetime, settings: Settings) -> Counts:
@@ -103,7 +135,7 @@ async def counts(session: AsyncSession, now: datetime, settings: Settings) -> Co
         providers=await _count(session, table=ProviderRow),
         nodes_online=await nodes_online(session, now, settings),
         nodes_total=await _count(session, table=NodeRow),
-        nodes_quarantined=await _count(session, NodeRow.quarantined_at.is_not(None), table=NodeRow),
+        nodes_quarantined=await nodes_quarantined(session),
         gpus_online=await gpus_online(session, now, settings),
         mails_waiting=await mails_waiting(session),
         mails_failed=await mails_failed(session),
