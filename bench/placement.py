@@ -13,8 +13,10 @@ import asyncio
 import random
 import secrets
 import statistics
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -27,6 +29,7 @@ from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, Tena
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
 from gpu_share.coordinator.services.work import artifact_refs, claims
+from gpu_share.coordinator.storage import LocalArtifactStore
 from gpu_share.protocol import agent as wire
 from gpu_share.testing.databases import create_scratch_postgres, drop_scratch_postgres
 
@@ -115,8 +118,12 @@ async def fill(db: Database, nodes: int, invokes: int, tenants: int, now: dateti
 
 
 async def ours(db: Database, node_ids: list[str], now: datetime) -> list[float]:
+    settings = Settings(database_url=db.url, data_dir=Path(tempfile.mkdtemp()))
     ctx = artifact_refs.LeaseContext(
-        settings=Settings(database_url=db.url), signer=UrlSigner(b"k" * 32), base_url="http://x"
+        settings=settings,
+        store=LocalArtifactStore(settings.artifacts_path),
+        signer=UrlSigner(b"k" * 32),
+        base_url="http://x",
     )
     request = wire.LeaseRequest(slots=1, free_gpus=0, wait_sec=0)
     timings = []

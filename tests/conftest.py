@@ -38,6 +38,7 @@ from gpu_share.testing.factories import (
 )
 from gpu_share.testing.live import Live, fast_settings
 from gpu_share.testing.rentals import Rentals
+from gpu_share.testing.s3 import CREDENTIALS, S3Endpoint
 from gpu_share.testing.servers import free_port, serve
 from gpu_share.testing.simulated_agent import (
     AgentFactory,
@@ -106,6 +107,20 @@ def postgres_database() -> Iterator[str]:
         yield url
     finally:
         asyncio.run(drop_scratch_postgres(url))
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    """A real S3 HTTP endpoint (moto), its credentials in this process's environment the
+    way the S3 store reads them."""
+    endpoint = S3Endpoint.start(tmp_path_factory.mktemp("s3"))
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in CREDENTIALS.items():
+            patch.setenv(name, value)
+        try:
+            yield endpoint
+        finally:
+            endpoint.stop()
 
 
 @pytest.fixture(params=DATABASES)

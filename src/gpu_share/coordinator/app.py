@@ -5,6 +5,7 @@ to a person's browser on a page's address, as an error page with the same status
 headers (`http/negotiation.py`, `web/error_pages.py`).
 """
 
+import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -98,7 +99,7 @@ from gpu_share.coordinator.replica.notify import notifier_for
 from gpu_share.coordinator.replica.session_hub import SessionHub
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.accounts.accounts import ensure_admin_key
-from gpu_share.coordinator.storage import ArtifactStore, LocalArtifactStore
+from gpu_share.coordinator.storage import ArtifactStore, open_store
 from gpu_share.coordinator.web import error_pages, site
 from gpu_share.netguard import SafeFetcher, UrlPolicy
 from gpu_share.protocol.errors import ErrorCode
@@ -297,6 +298,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        artifact_store = (
+            store if store is not None else await asyncio.to_thread(open_store, settings)
+        )
         await migrate.upgrade(settings.database_url)
         db = Database(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
         the_clock = clock or SystemClock()
@@ -305,7 +309,7 @@ def create_app(
         replica = Replica(
             settings=settings,
             db=db,
-            store=store or LocalArtifactStore(settings.artifacts_path),
+            store=artifact_store,
             clock=the_clock,
             notifier=notifier,
             signer=await load_signer(db, the_clock.now()),

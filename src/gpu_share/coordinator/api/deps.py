@@ -20,5 +20,8 @@ SessionsDep = Annotated[Sessions, Depends(get_sessions)]
 
 def lease_context(replica: Replica, request: Request) -> LeaseContext:
     return LeaseContext(
-        settings=replica.settings, signer=replica.signer, base_url=base_url(replica, request)
+        settings=replica.settings,
+        store=replica.store,
+        signer=replica.signer,
+        base_url=base_url(replica, request),
     )

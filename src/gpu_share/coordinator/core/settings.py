@@ -38,6 +38,19 @@ class Settings(BaseSettings):
         description="SQLAlchemy async URL; default: a SQLite file in data_dir",
     )
     artifact_dir: Path | None = Field(default=None, description="Default: data_dir/artifacts")
+    storage: Literal["local", "s3"] = Field(
+        default="local",
+        description="Where artifact bytes live: artifact_dir, or an S3-compatible bucket",
+    )
+    s3_bucket: str = Field(default="", description="The bucket, with storage=s3")
+    s3_endpoint_url: str = Field(
+        default="", description="An S3-compatible service's address (MinIO, R2…); default: AWS"
+    )
+    s3_public_endpoint_url: str = Field(
+        default="",
+        description="The store's address as agents reach it, when not s3_endpoint_url",
+    )
+    s3_region: str = Field(default="", description="Default: AWS_REGION, else us-east-1")
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
@@ -408,7 +421,22 @@ class Settings(BaseSettings):
         if self.artifact_dir is None:
             self.artifact_dir = self.data_dir / "artifacts"
         self.public_base_url = self.public_base_url.rstrip("/")
+        if self.storage == "s3":
+            self._check_s3()
         return self
+
+    def _check_s3(self) -> None:
+        if not self.s3_bucket:
+            raise ValueError("storage=s3 needs a bucket: set GPUSHARE_S3_BUCKET")
+        # An upload is published by one server-side copy, which S3 caps at 5 GiB.
+        copy_max = 5 * GiB
+        fields = ("max_model_bytes", "max_config_bytes", "max_inputs_bytes", "max_output_bytes")
+        too_large = [name for name in fields if getattr(self, name) > copy_max]
+        if too_large:
+            raise ValueError(
+                f"with storage=s3 an artifact may be at most 5 GiB ({copy_max} bytes); lower "
+                + ", ".join(f"GPUSHARE_{name.upper()}" for name in too_large)
+            )
 
     @property
     def mail_base_url(self) -> str:

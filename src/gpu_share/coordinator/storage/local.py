@@ -5,6 +5,7 @@ import os
 import secrets
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import BinaryIO
 
@@ -40,6 +41,8 @@ class _FileSink:
 
 
 class LocalArtifactStore:
+    presigns = False  # downloads go through the coordinator, which checks who asks
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self._objects = root / "objects"
@@ -70,11 +73,18 @@ class LocalArtifactStore:
     def local_path(self, key: str) -> Path | None:
         return self._path(key)
 
+    def download_url(self, key: str, expires_in: timedelta) -> str | None:
+        return None
+
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def keys(self) -> Iterator[str]:
+        for path in self._objects.glob("*/*"):
+            yield path.name
 
     def sweep_temporary(self, max_age_sec: float) -> int:
         removed = 0

@@ -1,11 +1,11 @@
-"""SPEC §1.3–§1.4: hosted artifacts, on both databases."""
+"""SPEC §1.3–§1.4: hosted artifacts, on both databases and both stores (a local directory
+and a real S3 endpoint)."""
 
 import asyncio
 import hashlib
 import io
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -14,9 +14,12 @@ from fastapi import FastAPI
 
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.loops import artifact_sweep
+from gpu_share.coordinator.storage import open_store
+from gpu_share.coordinator.storage.s3 import PART_BYTES
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import TenantHandle
 from gpu_share.testing.models import identity_model
+from gpu_share.testing.s3 import S3Endpoint
 from gpu_share.testing.servers import serve
 
 
@@ -36,9 +39,25 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def stored_files(settings: Settings) -> list[Path]:
-    root = settings.artifacts_path
-    return sorted(p for p in root.rglob("*") if p.is_file())
+@pytest.fixture(params=["local", "s3"])
+def settings(request: pytest.FixtureRequest, settings: Settings) -> Settings:
+    if request.param == "s3":
+        endpoint: S3Endpoint = request.getfixturevalue("s3_endpoint")
+        endpoint.use_for(settings)
+    return settings
+
+
+def stored_files(settings: Settings) -> list[str]:
+    """Every object in the store: the published keys, and one "temporary" entry for each
+    upload left unpublished (which this removes, counting them)."""
+    store = open_store(settings)
+    return sorted(store.keys()) + ["temporary"] * store.sweep_temporary(0)
+
+
+def uploads_in_flight(settings: Settings, endpoint: S3Endpoint | None) -> bool:
+    if endpoint is None:
+        return any((settings.artifacts_path / "tmp").iterdir())
+    return bool(endpoint.multipart_uploads(settings.s3_bucket))
 
 
 async def upload(
@@ -196,30 +215,35 @@ async def test_concurrent_uploads_cannot_exceed_the_quota_together(
 
 
 async def test_client_disconnecting_mid_upload_stores_nothing(
-    app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle, settings: Settings
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    settings: Settings,
+    request: pytest.FixtureRequest,
 ) -> None:
-    tmp_dir = settings.artifacts_path / "tmp"
+    endpoint = request.getfixturevalue("s3_endpoint") if settings.storage == "s3" else None
     async with serve(app, lifespan=False) as base_url:
         port = int(base_url.rsplit(":", 1)[1])
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(
             (
                 "POST /v1/artifacts?kind=inputs HTTP/1.1\r\nHost: x\r\n"
-                f"Authorization: Bearer {tenant.key}\r\nContent-Length: {8 << 20}\r\n\r\n"
+                f"Authorization: Bearer {tenant.key}\r\nContent-Length: {16 << 20}\r\n\r\n"
             ).encode()
         )
-        writer.write(b"z" * (3 << 20))
+        writer.write(b"z" * (PART_BYTES + (2 << 20)))  # past S3's first part
         await writer.drain()
         for _ in range(500):  # until the server is writing the upload
-            if any(tmp_dir.iterdir()):
+            if await asyncio.to_thread(uploads_in_flight, settings, endpoint):
                 break
             await asyncio.sleep(0.01)
-        assert any(tmp_dir.iterdir()), "the upload never started"
+        assert await asyncio.to_thread(uploads_in_flight, settings, endpoint), "never started"
         writer.transport.abort()
         for _ in range(500):
-            if not any(tmp_dir.iterdir()):
+            if not await asyncio.to_thread(uploads_in_flight, settings, endpoint):
                 break
             await asyncio.sleep(0.01)
+        assert not await asyncio.to_thread(uploads_in_flight, settings, endpoint)
     assert stored_files(settings) == []
     assert (await client.get("/v1/artifacts", headers=tenant.headers)).json()["items"] == []
     settings.tenant_quota_bytes = len(PAYLOAD)

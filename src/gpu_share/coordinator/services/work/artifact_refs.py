@@ -1,8 +1,13 @@
 """The references an agent fetches a job's files by: the tenant's own URL as given, or a
 platform artifact behind a short-lived signed link (SPEC §4.1). A lease's model, inputs
 and checkpoint are made here (`leased_jobs`), and so is a session's model (`sessions`).
+
+The link is the store's own presigned GET where the store makes one (S3), so artifact
+bytes never pass through the coordinator; else this coordinator's download URL with a
+token it signed.
 """
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -10,19 +15,22 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.orm import ArtifactRow, InvokeRow
+from gpu_share.coordinator.core.orm import ArtifactRow, BlobRow, InvokeRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
 from gpu_share.coordinator.services.artifacts.artifacts import artifact_url
+from gpu_share.coordinator.storage import ArtifactStore
 from gpu_share.protocol import agent as wire
 
 
 @dataclass(frozen=True)
 class LeaseContext:
     """What a lease is made with besides the database: the settings (its deadline, its
-    price, who takes spot checks), and the signer and public URL its links are made with."""
+    price, who takes spot checks), and the store, signer and public URL its links are
+    made with."""
 
     settings: Settings
+    store: ArtifactStore
     signer: UrlSigner
     base_url: str
 
@@ -43,12 +51,20 @@ async def artifact_ref(
     artifact = (loaded or {}).get(artifact_id) or await session.get(ArtifactRow, artifact_id)
     if artifact is None or artifact.blob_id is None or artifact.expires_at <= now:
         return None
-    expires = now + timedelta(seconds=ctx.settings.artifact_token_ttl_sec)
-    token = ctx.signer.sign(artifact_id, expires)
+    lifetime = timedelta(seconds=ctx.settings.artifact_token_ttl_sec)
+    link: str | None = None
+    if ctx.store.presigns:
+        blob = await session.get(BlobRow, artifact.blob_id)
+        if blob is None:
+            return None
+        link = await asyncio.to_thread(ctx.store.download_url, blob.storage_key, lifetime)
+    if link is None:
+        token = ctx.signer.sign(artifact_id, now + lifetime)
+        link = f"{artifact_url(ctx.base_url, artifact_id)}?token={token}"
     # platform=True vouches for this sha256 (the stored artifact's own, and the caller
     # resolved an artifact the tenant owns): agents serve it from their cache.
     return wire.ArtifactRef(
-        url=f"{artifact_url(ctx.base_url, artifact_id)}?token={token}",
+        url=link,
         platform=True,
         sha256=artifact.sha256,
         size=artifact.size,
