@@ -5,8 +5,12 @@ Side by side in one run, on loopback, with the same client (curl, streaming the 
   (b) our server / `openssl dgst -sha256` on the same file (the floor of the work)
   (c) the server's peak RSS growth during the 512 MiB upload
   (d) 512 MiB time / 64 MiB time (8.0 is linear; catches quadratic buffering)
+With --storage s3 the server stores into a bucket of a real S3 endpoint (moto, started
+here), and one more baseline runs beside it:
+  (e) our server / the same file sent straight to the same bucket as a multipart upload
+      (obstore, the parts the store uses): what the coordinator adds in front of S3
 
-Run: .venv/bin/python bench/upload.py [--size-mib 512]
+Run: .venv/bin/python bench/upload.py [--size-mib 512] [--storage s3]
 """
 
 import argparse
@@ -25,8 +29,12 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import obstore
 import psutil
+from obstore.store import S3Store
 
+from gpu_share.coordinator.storage.s3 import PART_BYTES, PARTS_IN_FLIGHT
+from gpu_share.testing.s3 import CREDENTIALS, S3Endpoint
 from gpu_share.testing.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +124,7 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=512)
     parser.add_argument("--small-mib", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--storage", choices=["local", "s3"], default="local")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="gpushare-bench-") as tmp:
@@ -132,6 +141,16 @@ def main() -> None:
             "GPUSHARE_ADMIN_KEY": admin_key,
             "GPUSHARE_PORT": str(port),
         }
+        s3 = S3Endpoint.start(work) if args.storage == "s3" else None
+        if s3 is not None:
+            os.environ.update(CREDENTIALS)
+            bucket = s3.create_bucket()
+            env |= {
+                **CREDENTIALS,
+                "GPUSHARE_STORAGE": "s3",
+                "GPUSHARE_S3_BUCKET": bucket,
+                "GPUSHARE_S3_ENDPOINT_URL": s3.url,
+            }
         server = subprocess.Popen(
             [PYTHON, "-m", "gpu_share.cli.main", "server", "--log-level", "warning"],
             env=env,
@@ -180,7 +199,24 @@ def main() -> None:
                 )
                 return time.perf_counter() - start
 
+            def straight_to_s3() -> float:
+                assert s3 is not None
+                store = S3Store(bucket, endpoint=s3.url, client_options={"allow_http": True})
+                start = time.perf_counter()
+                with (
+                    big.open("rb") as f,
+                    obstore.open_writer(
+                        store, "direct", buffer_size=PART_BYTES, max_concurrency=PARTS_IN_FLIGHT
+                    ) as writer,
+                ):
+                    while chunk := f.read(1 << 20):
+                        writer.write(chunk)
+                elapsed = time.perf_counter() - start
+                obstore.delete(store, "direct")
+                return elapsed
+
             ours(small, small_sha)  # warm up
+            t_direct = best_of(args.repeat, straight_to_s3) if s3 is not None else None
             t_bare = best_of(args.repeat, lambda: baseline(big, big_sha))
             t_openssl = best_of(args.repeat, openssl)
             with RssSampler(server.pid) as rss:
@@ -191,9 +227,11 @@ def main() -> None:
             bare.terminate()
             server.wait()
             bare.wait()
+            if s3 is not None:
+                s3.stop()
 
     mib = args.size_mib
-    print(f"file: {mib} MiB, best of {args.repeat}")
+    print(f"file: {mib} MiB, best of {args.repeat}, storage: {args.storage}")
     print(f"  ours (POST /v1/artifacts):   {t_ours:6.3f} s  {mib / t_ours:7.1f} MiB/s")
     print(f"  bare uvicorn hash-and-drop:  {t_bare:6.3f} s  {mib / t_bare:7.1f} MiB/s")
     print(f"  openssl dgst -sha256:        {t_openssl:6.3f} s  {mib / t_openssl:7.1f} MiB/s")
@@ -203,6 +241,9 @@ def main() -> None:
     print(f"(c) server peak RSS growth:          {growth:.1f} MiB   (target < 64)")
     ratio = t_ours / t_small
     print(f"(d) time {mib} MiB / {args.small_mib} MiB:           {ratio:.2f}   (target <= 8.8)")
+    if t_direct is not None:
+        print(f"  straight to the bucket:      {t_direct:6.3f} s  {mib / t_direct:7.1f} MiB/s")
+        print(f"(e) throughput ours / straight to the bucket: {t_direct / t_ours:.2f}")
 
 
 if __name__ == "__main__":

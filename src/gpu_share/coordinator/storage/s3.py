@@ -2,7 +2,8 @@
 
 Objects live at `objects/<key>`; an upload streams to `tmp/upload-<random>` as a
 multipart upload (at most `PART_BYTES × (PARTS_IN_FLIGHT + 1)` held in memory, whatever
-its size) and `commit` copies it to its key inside the bucket. A failed upload aborts
+its size), with a copy in a local temporary file that it is read back from to be checked,
+and `commit` copies it to its key inside the bucket. A failed upload aborts
 its multipart upload; one a crashed process left is removed by `sweep_temporary` once
 complete, and by the bucket's `AbortIncompleteMultipartUpload` lifecycle rule while
 still in parts (docs/operations.md).
@@ -34,7 +35,6 @@ OBJECTS = "objects/"
 TEMPORARY = "tmp/"
 PART_BYTES = 8 * 1024 * 1024  # S3's smallest part is 5 MiB
 PARTS_IN_FLIGHT = 2
-READ_BACK_IN_MEMORY = 8 * 1024 * 1024  # a larger upload is read back through a temp file
 
 
 class StorageUnavailable(RuntimeError):
@@ -46,15 +46,20 @@ class _Abandoned(Exception):
 
 
 class _S3Sink:
+    """Streams to the temporary object and keeps a local copy, so that an upload is read
+    back (checked against its kind) from this machine's disk, not downloaded again."""
+
     def __init__(self, store: S3Store, path: str) -> None:
         self._store = store
         self.path = path
         self._writer: WritableFile | None = obstore.open_writer(
             store, path, buffer_size=PART_BYTES, max_concurrency=PARTS_IN_FLIGHT
         )
+        self._copy = tempfile.NamedTemporaryFile(prefix="gpushare-upload-")  # noqa: SIM115 (closed by finish or abort)
 
     def write(self, data: bytes) -> None:
         assert self._writer is not None, "write after read back, commit or abort"
+        self._copy.write(data)
         self._writer.write(data)
 
     def finish(self) -> None:
@@ -64,18 +69,14 @@ class _S3Sink:
             writer.close()
 
     def read_back(self) -> BinaryIO:
-        self.finish()
-        spool = tempfile.SpooledTemporaryFile(max_size=READ_BACK_IN_MEMORY)  # noqa: SIM115 (the caller closes it)
-        try:
-            for chunk in obstore.get(self._store, self.path).stream(min_chunk_size=1 << 20):
-                spool.write(chunk)
-            spool.seek(0)
-        except BaseException:
-            spool.close()
-            raise
-        return spool  # type: ignore[return-value] # a SpooledTemporaryFile is a binary file
+        self._copy.flush()
+        return open(self._copy.name, "rb")
+
+    def drop_copy(self) -> None:
+        self._copy.close()  # a named temporary file: closing deletes it
 
     def abort(self) -> None:
+        self.drop_copy()
         if self._writer is not None:
             writer, self._writer = self._writer, None
             with contextlib.suppress(Exception):  # the upload may have failed already
@@ -142,6 +143,7 @@ class S3ArtifactStore:
     def commit(self, sink: UploadSink, key: str) -> None:
         assert isinstance(sink, _S3Sink)
         sink.finish()
+        sink.drop_copy()
         obstore.copy(self._store, sink.path, self._object(key))
         obstore.delete(self._store, sink.path)
 
