@@ -41,6 +41,13 @@ def register(sub: Any) -> None:
     parser.add_argument("--host", help="bind address (GPUSHARE_HOST, default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (GPUSHARE_PORT, default 8080)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="coordinator processes sharing the port (PostgreSQL only; default 1)",
+    )
+    parser.add_argument("--inherit-fd", type=int, help=argparse.SUPPRESS)  # a worker's socket
     parser.set_defaults(run=run)
 
 
@@ -51,7 +58,6 @@ def run(args: argparse.Namespace) -> int:
     if problem := _metrics_folder_problem():
         print(f"gpu-share server: {problem}", file=sys.stderr)
         return 2
-    from gpu_share.coordinator.app import create_app
     from gpu_share.coordinator.core.settings import Settings
 
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
@@ -60,17 +66,36 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("alembic").setLevel(logging.WARNING)
     if args.log_level != "debug":  # one line per outgoing request is noise at info level
         logging.getLogger("httpx").setLevel(logging.WARNING)
+    if args.workers < 1:
+        print("gpu-share server: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.workers > 1 and not settings.database_url.startswith("postgresql"):
+        print(
+            "gpu-share server: several workers need PostgreSQL "
+            "(GPUSHARE_DATABASE_URL=postgresql+asyncpg://…); a SQLite file serves one process",
+            file=sys.stderr,
+        )
+        return 2
     try:
-        sock = listen_on(settings.host, settings.port)
+        if args.inherit_fd is not None:  # a worker of `--workers`: the parent bound it
+            sock = socket.socket(fileno=args.inherit_fd)
+        else:
+            sock = listen_on(settings.host, settings.port)
     except CannotListen as exc:
         print(f"gpu-share server: {exc}", file=sys.stderr)
         return 2
-    if not settings.public_base_url:
+    if args.workers > 1:
+        from gpu_share.cli.workers import run_workers
+
+        return run_workers(sock, args.workers, args.log_level)
+    if not settings.public_base_url and args.inherit_fd is None:
         logging.getLogger("gpu_share.server").warning(
             "GPUSHARE_PUBLIC_BASE_URL is not set: the agent's install script names no "
             "coordinator (providers must pass --server) and links in mails point at %s",
             settings.mail_base_url,
         )
+    from gpu_share.coordinator.app import create_app
+
     app = create_app(settings, on_admin_key=_print_admin_key)
     server = CoordinatorServer(
         app,

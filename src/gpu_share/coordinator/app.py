@@ -52,6 +52,7 @@ from gpu_share.coordinator.api.public import (
     provider_applications,
     tenant_applications,
 )
+from gpu_share.coordinator.api.relay import relay_app
 from gpu_share.coordinator.api.tenant import (
     artifacts,
     invokes,
@@ -71,6 +72,8 @@ from gpu_share.coordinator.core.errors import ApiError
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import load_signer
 from gpu_share.coordinator.http.negotiation import wants_page
+from gpu_share.coordinator.http.peer_client import HttpPeers
+from gpu_share.coordinator.http.relay_listener import RelayListener
 from gpu_share.coordinator.http.request_context import RequestContextMiddleware
 from gpu_share.coordinator.http.security_headers import (
     SecurityHeadersMiddleware,
@@ -82,6 +85,7 @@ from gpu_share.coordinator.loops import (
     housekeeping,
     lease_expiry,
     mail_delivery,
+    replica_beat,
     session_upkeep,
     webhook_delivery,
 )
@@ -97,8 +101,11 @@ from gpu_share.coordinator.loops.runner import LoopRunner, PeriodicJob
 from gpu_share.coordinator.replica.key_cache import KeyCache
 from gpu_share.coordinator.replica.notify import notifier_for
 from gpu_share.coordinator.replica.session_hub import SessionHub
+from gpu_share.coordinator.replica.session_routes import ROUTE_TTL_SEC, SessionRoutes
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.accounts.accounts import ensure_admin_key
+from gpu_share.coordinator.services.sessions import channels
+from gpu_share.coordinator.services.sessions.sessions import Sessions
 from gpu_share.coordinator.storage import ArtifactStore, open_store
 from gpu_share.coordinator.web import error_pages, site
 from gpu_share.netguard import SafeFetcher, UrlPolicy
@@ -253,6 +260,34 @@ def _install_error_handlers(app: FastAPI) -> None:
         return response
 
 
+async def _start_relay(replica: Replica) -> RelayListener | None:
+    """With `relay_host`, sessions held here answer peers, and peers' sessions are reached."""
+    settings = replica.settings
+    if not settings.relay_host:
+        return None
+    listener = RelayListener(
+        relay_app(replica),
+        settings.relay_host,
+        settings.relay_port,
+        settings.relay_advertise_host,
+    )
+    await listener.start()
+    replica.relay_url = listener.url
+    replica.peers = HttpPeers(replica.signer)
+    replica.routes = SessionRoutes(replica.clock, ROUTE_TTL_SEC)
+    return listener
+
+
+async def _stop_relay(replica: Replica, listener: RelayListener | None) -> None:
+    """This process's channels are forgotten, so peers stop sending here, then it stops."""
+    async with replica.db.write() as session:
+        await channels.leave(session, replica.id)
+    if listener is not None:
+        await listener.stop()
+    if isinstance(replica.peers, HttpPeers):
+        await replica.peers.aclose()
+
+
 def default_jobs(settings: Settings) -> list[PeriodicJob]:
     return [
         PeriodicJob(
@@ -267,6 +302,7 @@ def default_jobs(settings: Settings) -> list[PeriodicJob]:
             start_after_sec=settings.lease_ttl_sec,
         ),
         PeriodicJob("session-upkeep", settings.session_sweep_interval_sec, session_upkeep.run_once),
+        PeriodicJob("replica-beat", channels.BEAT_SEC, replica_beat.run_once),
         # Spot work gives way to waiting on-demand work (docs/placement.md, "Spot").
         PeriodicJob("preemption", settings.lease_sweep_interval_sec, loops_preemption.run_once),
         PeriodicJob("housekeeping", HOUSEKEEPING_SEC, housekeeping.run_once),
@@ -323,13 +359,16 @@ def create_app(
         if generated is not None:
             (on_admin_key or _log_admin_key)(generated)
         app.state.replica = replica
+        relay = await _start_relay(replica)
+        await replica_beat.run_once(replica)
         loops = LoopRunner(replica, default_jobs(settings) if settings.run_background_loops else [])
         loops.start()
         try:
             yield
         finally:
             await loops.stop()
-            await replica.hub.close_all("the coordinator is shutting down")
+            await Sessions.of(replica).release_all()
+            await _stop_relay(replica, relay)
             await notifier.close()
             await replica.fetcher.aclose()
             await db.dispose()

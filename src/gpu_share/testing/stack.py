@@ -41,8 +41,13 @@ class LiveStack:
         database_url: str | None = None,
         sandbox: str = "bwrap",
         startup_timeout: float = 60.0,
+        workers: int = 1,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """`workers`: `gpu-share server --workers N` (PostgreSQL); `env`: more settings."""
         self.root = root
+        self.workers = workers
+        self.extra_env = env or {}
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.admin_key = TEST_ADMIN_KEY
@@ -84,6 +89,7 @@ class LiveStack:
         }
         if self.database_url:
             env["GPUSHARE_DATABASE_URL"] = self.database_url
+        env.update(self.extra_env)
         with self.server_log.open("ab") as log:
             self.server = subprocess.Popen(
                 [
@@ -95,6 +101,8 @@ class LiveStack:
                     str(self.port),
                     "--log-level",
                     "warning",
+                    "--workers",
+                    str(self.workers),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

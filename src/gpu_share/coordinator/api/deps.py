@@ -12,7 +12,7 @@ from gpu_share.coordinator.services.work.artifact_refs import LeaseContext
 
 
 async def get_sessions(replica: ReplicaDep) -> Sessions:
-    return Sessions(replica.db, replica.hub, replica.clock, replica.settings)
+    return Sessions.of(replica)
 
 
 SessionsDep = Annotated[Sessions, Depends(get_sessions)]

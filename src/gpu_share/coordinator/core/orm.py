@@ -324,6 +324,28 @@ class InvokeLogRow(Base):
     text: Mapped[str] = mapped_column(Text)
 
 
+class ReplicaRow(Base):
+    """A running coordinator process, and the address its peers relay session traffic to
+    (`relay_url`; None: it takes none). Beaten by the process; a stale row is a dead one."""
+
+    __tablename__ = "replicas"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    relay_url: Mapped[str | None] = mapped_column(String(200))
+    started_at: Mapped[datetime]
+    seen_at: Mapped[datetime]
+
+
+class NodeChannelRow(Base):
+    """The replica that holds a node's session channel (its WebSocket) now."""
+
+    __tablename__ = "node_channels"
+
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id"), primary_key=True)
+    replica_id: Mapped[str] = mapped_column(String(40), index=True)
+    connected_at: Mapped[datetime]
+
+
 class SessionRow(Base):
     """A model held loaded on a node (SPEC §1.7); live state is in the holding replica."""
 

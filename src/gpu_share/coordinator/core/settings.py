@@ -59,6 +59,16 @@ class Settings(BaseSettings):
         description="How tenants and agents reach this server; default: from each request",
     )
 
+    relay_host: str = Field(
+        default="",
+        description="Where this process takes session traffic its peers relay to it "
+        "(several workers or replicas); empty: none, sessions answer only where they are",
+    )
+    relay_port: int = Field(default=0, ge=0, le=65535, description="0: any free port")
+    relay_advertise_host: str = Field(
+        default="", description="The address peers reach the relay at; default: relay_host"
+    )
+
     admin_key: SecretStr | None = Field(default=None, description="Admin key set at first start")
     key_cache_ttl_sec: float = Field(
         default=5.0, ge=0, description="How long a replica trusts a verified key (0: never)"
@@ -423,6 +433,11 @@ class Settings(BaseSettings):
         self.public_base_url = self.public_base_url.rstrip("/")
         if self.storage == "s3":
             self._check_s3()
+        if self.relay_host in ("0.0.0.0", "::") and not self.relay_advertise_host:  # noqa: S104
+            raise ValueError(
+                "GPUSHARE_RELAY_HOST listens on every interface: set "
+                "GPUSHARE_RELAY_ADVERTISE_HOST to the address the other replicas reach it at"
+            )
         return self
 
     def _check_s3(self) -> None:

@@ -34,7 +34,7 @@ async def run_once(replica: Replica) -> reservation_billing.LoopReport:
                 )
             )
         ).all()
-    sessions = Sessions(replica.db, replica.hub, replica.clock, replica.settings)
+    sessions = Sessions.of(replica)
     for session_id, tenant_id in over:
         await sessions.delete(tenant_id, session_id)
     return report

@@ -5,4 +5,4 @@ from gpu_share.coordinator.services.sessions.sessions import Sessions
 
 
 async def run_once(replica: Replica) -> None:
-    await Sessions(replica.db, replica.hub, replica.clock, replica.settings).maintain()
+    await Sessions.of(replica).maintain()

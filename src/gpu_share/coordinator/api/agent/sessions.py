@@ -12,6 +12,7 @@ from gpu_share.coordinator.api.auth import NodeChannel
 from gpu_share.coordinator.api.deps import SessionsDep
 from gpu_share.coordinator.http.replica import ReplicaDep
 from gpu_share.coordinator.replica.state import Replica
+from gpu_share.coordinator.services.sessions import channels
 from gpu_share.coordinator.services.sessions.sessions import Sessions
 from gpu_share.protocol.sessions import ForwardHeader, SessionFailed, SessionReady, unpack
 
@@ -27,6 +28,8 @@ async def agent_channel(
     await websocket.accept()
     hub = replica.hub
     hub.attach(node_id, websocket)
+    async with replica.db.write() as session:  # peers find the channel here (`channels`)
+        await channels.attach(session, node_id, replica.id, replica.clock.now())
     log.info("node %s connected its session channel", node_id)
     try:
         while True:
@@ -41,6 +44,10 @@ async def agent_channel(
         pass
     finally:
         lost = hub.detach(node_id, websocket)
+        if not hub.connected(node_id):  # else a newer connection of the node holds it here
+            forgetting = asyncio.ensure_future(_forget_channel(replica, node_id))
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(forgetting)
         if lost:
             log.warning(
                 "node %s dropped its session channel; %d session(s) failed", node_id, len(lost)
@@ -50,6 +57,14 @@ async def agent_channel(
             recording = asyncio.ensure_future(sessions.on_node_lost(lost))
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(recording)
+
+
+async def _forget_channel(replica: Replica, node_id: str) -> None:
+    try:
+        async with replica.db.write() as session:
+            await channels.detach(session, node_id, replica.id)
+    except Exception:  # the row then names this process until it leaves or dies
+        log.exception("could not record that node %s's channel left", node_id)
 
 
 def _on_frame(replica: Replica, websocket: WebSocket, node_id: str, frame: bytes) -> None:

@@ -1,8 +1,14 @@
 """Sessions (SPEC §1.7): place a model on a node, relay forwards, close when idle.
 
 The row in `gpu_sessions` is the record (status, node, metering); the `SessionHub`
-of the replica holding the node's WebSocket carries the live traffic. Forwards do
+of the process holding the node's WebSocket carries the live traffic. Forwards do
 not touch the database: counters and last use are flushed by `maintain`.
+
+A request that reaches another process (several workers or replicas) is relayed to
+the holder (`replica.peers`, found through `channels`): a session may be opened on any
+node whose channel a live process holds, and its forwards and close reach it from
+anywhere. The holder's counters show in `get` once flushed (`maintain`, every few
+seconds).
 """
 
 import asyncio
@@ -11,7 +17,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -31,7 +37,9 @@ from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import ArtifactRow, NodeRow, SessionRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import OPEN_SESSION_VALUES
+from gpu_share.coordinator.replica.peers import Peers, PeerUnreachable, RelayedOpen
 from gpu_share.coordinator.replica.session_hub import ForwardFailed, LiveSession, SessionHub
+from gpu_share.coordinator.replica.session_routes import Route, SessionRoutes
 from gpu_share.coordinator.services.money import billing, session_billing, spending_limits
 from gpu_share.coordinator.services.nodes import nodes, ranking
 from gpu_share.coordinator.services.nodes.placement import (
@@ -39,7 +47,7 @@ from gpu_share.coordinator.services.nodes.placement import (
     requirements_of,
     serves,
 )
-from gpu_share.coordinator.services.sessions import gpus
+from gpu_share.coordinator.services.sessions import channels, gpus
 from gpu_share.coordinator.services.webhooks import events
 from gpu_share.coordinator.services.work import (
     artifact_refs,
@@ -139,14 +147,77 @@ def _forward_error(exc: ForwardFailed) -> ApiError:
     )
 
 
-class Sessions:
-    """The session rules over one replica's hub; built per use from what it needs."""
+class Parts(Protocol):
+    """What sessions are built from: a running process's own (`Replica` has them)."""
 
-    def __init__(self, db: Database, hub: SessionHub, clock: Clock, settings: Settings) -> None:
+    db: Database
+    hub: SessionHub
+    clock: Clock
+    settings: Settings
+    id: str
+    peers: Peers | None
+    routes: SessionRoutes | None
+
+
+class Sessions:
+    """The session rules over one process's hub; built per use from what it needs.
+    `peers`: the hop to the other processes' hubs (None: sessions stay where they are)."""
+
+    @classmethod
+    def of(cls, parts: Parts) -> "Sessions":
+        return cls(
+            parts.db,
+            parts.hub,
+            parts.clock,
+            parts.settings,
+            replica_id=parts.id,
+            peers=parts.peers,
+            routes=parts.routes,
+        )
+
+    def __init__(
+        self,
+        db: Database,
+        hub: SessionHub,
+        clock: Clock,
+        settings: Settings,
+        *,
+        replica_id: str = "",
+        peers: Peers | None = None,
+        routes: SessionRoutes | None = None,
+    ) -> None:
         self.db = db
         self.hub = hub
         self.clock = clock
         self.settings = settings
+        self.replica_id = replica_id
+        self.peers = peers
+        self.routes = routes
+
+    async def _reachable(
+        self, session: AsyncSession, now: datetime, node_ids: list[str] | None = None
+    ) -> dict[str, str | None]:
+        """The nodes (of `node_ids`, or all) a session can be opened on now: those whose
+        channel this process holds (None), and with peers, those another live process
+        holds (its relay address)."""
+        reachable: dict[str, str | None] = {}
+        if self.peers is not None:
+            for node_id, holder in (await channels.holders(session, now, node_ids)).items():
+                if holder.replica_id != self.replica_id and holder.relay_url:
+                    reachable[node_id] = holder.relay_url
+        reachable.update(dict.fromkeys(self.hub.connected_nodes()))  # here wins
+        return reachable
+
+    async def _holder(self, node_id: str | None, now: datetime) -> str | None:
+        """The relay address of the other process holding `node_id`'s channel, if any."""
+        if self.peers is None or node_id is None or self.hub.connected(node_id):
+            return None
+        async with self.db.read() as session:
+            held = await channels.holders(session, now, [node_id])
+        holder = held.get(node_id)
+        if holder is None or holder.replica_id == self.replica_id:
+            return None
+        return holder.relay_url
 
     # Tenants
 
@@ -214,13 +285,14 @@ class Sessions:
             # A whole-GPU session holds its GPUs, not a share of the node's memory.
             shared_mb = reserve_mb if body.gpus == 0 else 0
             if body.reservation_id is not None:
+                reachable = await self._reachable(session, now)
                 node = await reservation_holds.session_node(
                     session,
                     tenant_id,
                     body.reservation_id,
                     req,
                     shared_mb,
-                    self.hub.connected_nodes(),
+                    set(reachable),
                     now,
                 )
                 indices: list[int] | None = await gpus.in_reservation(
@@ -232,7 +304,7 @@ class Sessions:
                     body.reservation_id,
                 )
             else:
-                node, indices = await self._choose_node(
+                node, indices, reachable = await self._choose_node(
                     session, req, body.gpus, shared_mb, now, ctx.settings
                 )
             row = SessionRow(
@@ -258,16 +330,11 @@ class Sessions:
             )
             await session_billing.open_billing(session, row, node, self.settings, now)
             session.add(row)
-        live = LiveSession(
-            id=row.id,
+        opening = RelayedOpen(
             tenant_id=tenant_id,
             node_id=node.id,
             idle_timeout_sec=body.idle_timeout_sec,
-            last_used=now,
-        )
-        await self.hub.open(
-            live,
-            OpenSession(
+            message=OpenSession(
                 session_id=row.id,
                 runtime=body.runtime,
                 model=ref,
@@ -277,9 +344,42 @@ class Sessions:
                 gpu_indices=indices or None,
             ),
         )
+        relay_url = reachable.get(node.id)
+        try:
+            if relay_url is None or self.peers is None:
+                await self.open_here(opening)
+            else:
+                await self.peers.open(relay_url, opening)
+        except (PeerUnreachable, NotConnectedYet, ApiError) as exc:
+            # ApiError: the holder refused (the channel left it just now)
+            lost = SessionError(
+                code=ErrorCode.NODE_LOST,
+                message="the node's connection went away while the session was opened",
+            )
+            await self._finish(row.id, SessionStatus.FAILED, self.clock.now(), lost)
+            raise Unavailable(
+                "the node chosen for this session lost its connection as the session was "
+                "opened; create it again",
+                code=ErrorCode.NO_CAPACITY,
+                headers={"Retry-After": "1"},
+            ) from exc
+        return await self.get(tenant_id, row.id)
+
+    async def open_here(self, opening: RelayedOpen) -> None:
+        """Open the session on a node whose channel this process holds; wait a moment for
+        it to load (`CREATE_WAIT_SEC`). NotConnectedYet: the channel is gone."""
+        if not self.hub.connected(opening.node_id):
+            raise NotConnectedYet
+        live = LiveSession(
+            id=opening.message.session_id,
+            tenant_id=opening.tenant_id,
+            node_id=opening.node_id,
+            idle_timeout_sec=opening.idle_timeout_sec,
+            last_used=self.clock.now(),
+        )
+        await self.hub.open(live, opening.message)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(live.settled.wait(), CREATE_WAIT_SEC)
-        return await self.get(tenant_id, row.id)
 
     async def _choose_node(
         self,
@@ -289,8 +389,9 @@ class Sessions:
         reserve_mb: int,
         now: datetime,
         settings: Settings,
-    ) -> tuple[NodeRow, list[int] | None]:
-        """The node for a session outside reservations, and the whole GPUs it holds there."""
+    ) -> tuple[NodeRow, list[int] | None, dict[str, str | None]]:
+        """The node for a session outside reservations, the whole GPUs it holds there, and
+        the nodes reachable for sessions (`_reachable`)."""
         online = await nodes.live_nodes(session, now, settings)
         holds = await reservation_holds.held_on(session, now)
         # A session sharing the first GPU: not on a node where that GPU is reserved or held.
@@ -307,8 +408,8 @@ class Sessions:
                 )
             )
         ]
-        connected = self.hub.connected_nodes()
-        candidates = [n for n in live if n.id in connected]
+        reachable = await self._reachable(session, now, [n.id for n in live])
+        candidates = [n for n in live if n.id in reachable]
         if not candidates and live:
             raise NotConnectedYet
         if not candidates:
@@ -331,7 +432,7 @@ class Sessions:
             )
         if whole == 0:
             # The best ranked node that has room (SPEC §4.1); the roomiest among equals.
-            return max(roomy, key=lambda n: (ranking.rank(n), free[n.id])), None
+            return max(roomy, key=lambda n: (ranking.rank(n), free[n.id])), None, reachable
         chosen = {n.id: await gpus.choose(session, n, req, holds) for n in roomy}
         fitting = [n for n in roomy if chosen[n.id] is not None]
         if not fitting:
@@ -340,7 +441,7 @@ class Sessions:
         indices = await gpus.choose(session, best, req, holds, lock=True)  # again, locked
         if indices is None:
             raise gpus.none_free(req)  # a claim or a session took them meanwhile
-        return best, indices
+        return best, indices, reachable
 
     async def get(self, tenant_id: str, session_id: str) -> Session:
         # The live state first: the hub forgets a session only after its row is final, so
@@ -368,11 +469,15 @@ class Sessions:
 
     async def delete(self, tenant_id: str, session_id: str) -> Session:
         async with self.db.read() as session:
-            await _owned(session, tenant_id, session_id)
-        await self._finish(session_id, SessionStatus.CLOSED, self.clock.now())
-        await self.hub.close(
-            session_id, "the session was deleted by its tenant", status=SessionStatus.CLOSED
-        )
+            row = await _owned(session, tenant_id, session_id)
+        now = self.clock.now()
+        await self._finish(session_id, SessionStatus.CLOSED, now)
+        reason = "the session was deleted by its tenant"
+        relay_url = None if self.hub.get(session_id) else await self._holder(row.node_id, now)
+        if relay_url is not None and self.peers is not None:
+            with contextlib.suppress(PeerUnreachable):  # its holder is gone: so is the session
+                await self.peers.close(relay_url, session_id, reason, SessionStatus.CLOSED)
+        await self.hub.close(session_id, reason, status=SessionStatus.CLOSED)
         return await self.get(tenant_id, session_id)
 
     async def forward(
@@ -392,6 +497,61 @@ class Sessions:
     async def _forward(
         self, tenant_id: str, session_id: str, fmt: str, payload: bytes
     ) -> ForwardAnswer:
+        if self.hub.get(session_id) is None and self.peers is not None:
+            relay_url = await self._route(tenant_id, session_id)
+            if relay_url is not None:
+                try:
+                    answer = await self.peers.forward(
+                        relay_url, tenant_id, session_id, fmt, payload
+                    )
+                except PeerUnreachable as exc:
+                    if self.routes is not None:
+                        self.routes.pop(session_id)
+                    if exc.gone:
+                        raise await self._lost_with_holder(session_id) from exc
+                    raise Unavailable(
+                        "the coordinator process holding this session's connection does not "
+                        "answer; retry (a session whose process died ends with NODE_LOST "
+                        f"within {STALE_AFTER_SEC:g} s)",
+                        headers={"Retry-After": "1"},
+                    ) from exc
+                return ForwardAnswer(format=answer.format, body=answer.body)
+        return await self.forward_here(tenant_id, session_id, fmt, payload)
+
+    async def _route(self, tenant_id: str, session_id: str) -> str | None:
+        """The relay address of the process holding the tenant's open session, when it is
+        not this one (remembered: `SessionRoutes`); else None."""
+        known = self.routes.get(session_id) if self.routes is not None else None
+        if known is not None and known.tenant_id == tenant_id:
+            return known.relay_url
+        async with self.db.read() as session:
+            row = await _owned(session, tenant_id, session_id)
+        if not SessionStatus(row.status).open:
+            return None
+        relay_url = await self._holder(row.node_id, self.clock.now())
+        if relay_url is not None and self.routes is not None:
+            self.routes.put(session_id, Route(tenant_id, relay_url))
+        return relay_url
+
+    async def _lost_with_holder(self, session_id: str) -> ApiError:
+        """The process holding the session is gone, and its node's channel with it: the
+        session ends now, NODE_LOST (the agent stops its sessions when its channel drops)."""
+        error = SessionError(
+            code=ErrorCode.NODE_LOST,
+            message="the coordinator process holding the session's connection went away",
+        )
+        await self._finish(session_id, SessionStatus.FAILED, self.clock.now(), error)
+        async with self.db.read() as session:
+            row = await session.get(SessionRow, session_id)
+        assert row is not None
+        if row.error_code:  # ended otherwise meanwhile: say what the row says
+            error = SessionError(code=row.error_code, message=row.error_message or "")
+        return ended(session_id, SessionStatus(row.status), error)
+
+    async def forward_here(
+        self, tenant_id: str, session_id: str, fmt: str, payload: bytes
+    ) -> ForwardAnswer:
+        """A forward to a session this process holds (else an answer that says why not)."""
         live = self.hub.get(session_id)
         if live is None or live.tenant_id != tenant_id:
             async with self.db.read() as session:
@@ -479,6 +639,21 @@ class Sessions:
             except Exception:  # the upkeep loop fails it later as unheld (STALE_AFTER_SEC)
                 log.exception("could not record that session %s failed", live.id)
         self.hub.forget([live.id for live in lost])
+
+    async def release_all(self) -> None:
+        """This process stops: the sessions it holds end now (their nodes' channels go with
+        it), NODE_LOST, rather than when another process finds them stale."""
+        now = self.clock.now()
+        error = SessionError(
+            code=ErrorCode.NODE_LOST,
+            message="the coordinator process holding the session stopped; open a new session",
+        )
+        for live in self.hub.held():
+            try:
+                await self._finish(live.id, SessionStatus.FAILED, now, error)
+            except Exception:  # the upkeep of another process fails it as unheld
+                log.exception("could not record that session %s ended", live.id)
+        await self.hub.close_all("the coordinator is shutting down")
 
     # Upkeep
 

@@ -59,7 +59,7 @@ def _until(moment: datetime, now: datetime) -> str:
 
 def _sessions(browser: Browser) -> Sessions:
     replica = browser.replica
-    return Sessions(replica.db, replica.hub, replica.clock, replica.settings)
+    return Sessions.of(replica)
 
 
 # Overview

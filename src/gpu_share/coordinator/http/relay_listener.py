@@ -1,0 +1,55 @@
+"""The relay app (`api.relay`) served on a socket of its own, in the coordinator's event
+loop, so that peers reach this process's hub even when several processes share the
+public port (`gpu-share server --workers N`)."""
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+from starlette.types import ASGIApp
+
+
+class RelayListener:
+    def __init__(self, app: ASGIApp, host: str, port: int, advertise_host: str = "") -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        bound_port = self._sock.getsockname()[1]
+        name = advertise_host or host
+        self.url = f"http://[{name}]:{bound_port}" if ":" in name else f"http://{name}:{bound_port}"
+        # log_config and log_level None: uvicorn leaves logging as the process set it (a
+        # level here would apply to the public server's lines too: uvicorn's loggers are global)
+        config = uvicorn.Config(
+            app,
+            access_log=False,
+            log_config=None,
+            log_level=None,
+            lifespan="off",
+            proxy_headers=False,
+        )
+        self._server = _Server(config)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
+        while not self._server.started and not self._task.done():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        if not self._server.started:
+            await self._task  # raises what stopped it
+            raise RuntimeError(f"the relay listener on {self.url} did not start")
+
+    async def stop(self) -> None:
+        if self._task is None:
+            self._sock.close()
+            return
+        self._server.should_exit = True
+        await self._task
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the process's own server handles signals
