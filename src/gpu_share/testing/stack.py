@@ -161,7 +161,10 @@ class LiveStack:
             return False
 
     def _agents_online(self) -> bool:
-        nodes = self.http.get("/v1/nodes").json()
+        try:
+            nodes = self.http.get("/v1/nodes").json()
+        except httpx.TransportError:  # a connection a worker dropped: ask again
+            return False
         return bool(sum(node["status"] == "online" for node in nodes) >= self.agent_count)
 
     def _until(self, ready: Callable[[], bool], what: str) -> None:
