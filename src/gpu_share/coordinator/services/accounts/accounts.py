@@ -7,6 +7,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import keys
+from gpu_share.coordinator.core.db import one_at_a_time
 from gpu_share.coordinator.core.errors import Conflict, NotFound, Unauthorized, ValidationFailed
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import ApiKeyRow, TenantRow
@@ -87,8 +88,10 @@ async def ensure_admin_key(
     """Install the configured admin key, or generate one when no admin key exists yet.
 
     Returns a newly generated key (to be printed once), else None. A configured key
-    that was revoked stays revoked: its hash is already known.
+    that was revoked stays revoked: its hash is already known. Processes starting
+    together take turns here, so they install one key, never one each.
     """
+    await one_at_a_time(session, "admin-key")
     if configured is not None:
         if keys.role_of(configured) is not wire.Role.ADMIN or len(configured) < 30:
             raise ValidationFailed(

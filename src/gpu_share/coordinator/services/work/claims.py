@@ -12,7 +12,8 @@ import functools
 import time
 from datetime import datetime, timedelta
 
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import Select, String, bindparam, func, literal, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import metrics
@@ -101,7 +102,6 @@ async def _claim(
     free = min(request.slots, node.max_concurrent_jobs - load.running)
     if free <= 0:
         return []
-    queued = InvokeRow.status == InvokeStatus.QUEUED.value
     # Spot checks of other nodes' jobs (docs/trust.md) go to trusted nodes only, never to
     # the node that ran the job checked.
     checker = check_offers.takes_checks(node, ctx.settings)
@@ -186,13 +186,7 @@ async def _claim(
         node.polling_until = polling_until
         node.poll_free_slots, node.poll_free_gpus = free, request.free_gpus
         return []
-    locked = (
-        await session.scalars(
-            select(InvokeRow)
-            .where(queued, InvokeRow.id.in_(list(order)[: free * 4]))
-            .with_for_update(skip_locked=True)
-        )
-    ).all()
+    locked = (await session.scalars(_first_unheld(session, list(order), free * 4))).all()
     artifacts = await artifact_refs.load_artifacts(session, locked)
     jobs: list[wire.LeasedJob] = []
     served: set[str] = set()
@@ -232,6 +226,26 @@ async def _claim(
     await fair_share.mark_served(session, served, now)
     node.polling_until = None if jobs else polling_until
     return jobs
+
+
+def _first_unheld(session: AsyncSession, ranked: list[str], count: int) -> Select[InvokeRow]:
+    """The first `count` of `ranked` still queued, locked, passing over those other claims
+    hold: on PostgreSQL in one statement (`SKIP LOCKED` walks the order until it has
+    `count`), so agents claiming at once spread over the queue. Locking the first `count`
+    alone, every agent but one lost the race for the head of a deep queue and slept until
+    a wake-up or its poll's `max_wait` (bench/README.md, `scale.py`). SQLite runs one
+    write transaction at a time: the head is never held."""
+    queued = InvokeRow.status == InvokeStatus.QUEUED.value
+    if session.get_bind().dialect.name != "postgresql":
+        return select(InvokeRow).where(queued, InvokeRow.id.in_(ranked[:count]))
+    position = func.array_position(literal(ranked, ARRAY(String)), InvokeRow.id)
+    return (
+        select(InvokeRow)
+        .where(queued, InvokeRow.id.in_(ranked))
+        .order_by(position)
+        .limit(count)
+        .with_for_update(skip_locked=True)
+    )
 
 
 @functools.cache
