@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import random
+import ssl
 import statistics
 import subprocess
 import sys
@@ -166,6 +167,8 @@ async def agent_loop(
                     tally.reported.append(job.invoke_id)
                 except Exception as exc:
                     tally.errors[f"report {type(exc).__name__}"] += 1
+                finally:
+                    agent.holding.pop(job.invoke_id, None)
     finally:
         beating.cancel()
 
@@ -208,11 +211,9 @@ async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="gpushare-scale-") as tmp:
         server = Server(args.workers, database_url, Path(tmp) / "server")
         agents: list[SimulatedAgent] = []
-        transport = httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(
-                max_connections=4 * args.agents, max_keepalive_connections=4 * args.agents
-            )
-        )
+        # A pool of its own for each agent, as on its own machine (one pool for the fleet
+        # made every request scan thousands of connections), sharing one TLS context.
+        tls = ssl.create_default_context()
         db = Database(database_url)
         try:
             await wait_up(server.url)
@@ -240,7 +241,7 @@ async def run(args: argparse.Namespace) -> None:
                 async with gate:
                     agent = SimulatedAgent(
                         server.url,
-                        transport=transport,  # one pool for the fleet (one client each: heavy)
+                        transport=httpx.AsyncHTTPTransport(verify=tls),
                         node_inventory=inventory(hostname=f"sim-{n}", machine=f"m{n}"),
                     )
                     await agent.register(token)
@@ -293,9 +294,19 @@ async def run(args: argparse.Namespace) -> None:
                     .select_from(InvokeRow)
                     .where(InvokeRow.status == "done", InvokeRow.attempts != 1)
                 )
+                not_done = Counter(
+                    (
+                        await session.execute(
+                            select(InvokeRow.status, InvokeRow.attempts).where(
+                                InvokeRow.id.in_(tally.reported), InvokeRow.status != "done"
+                            )
+                        )
+                    ).all()
+                )
             reported_twice = sum(1 for n in Counter(tally.reported).values() if n > 1)
         finally:
-            await transport.aclose()
+            for agent in agents:
+                await agent.aclose()
             await db.dispose()
             server.stop()
             await drop_scratch_postgres(database_url)
@@ -324,6 +335,8 @@ async def run(args: argparse.Namespace) -> None:
         f"exactly once: {done} done in the database, {len(tally.reported)} reported, "
         f"{reported_twice} reported twice, {retried} done after more than one attempt"
     )
+    if not_done:
+        print(f"reported but not done (status, attempts): {dict(not_done)}")
     if tally.errors:
         print(f"errors: {dict(tally.errors)}")
 

@@ -138,7 +138,11 @@ async def test_an_invoke_fails_after_max_attempts(
     assert state["error"]["code"] == "LEASE_EXPIRED"
     assert state["attempts"] == settings.max_attempts
     assert await agent.lease() == []
-    del job
+    # The last attempt's node reports late: told its lease is stale, not that its result
+    # was taken (the invoke stays failed; it was not a retry of a recorded report).
+    with pytest.raises(StaleLease):
+        await agent.client.report(job.invoke_id, done_report(job), retry_for=0)
+    assert (await status_of(client, tenant, invoke_id))["status"] == "failed"
 
 
 async def test_a_job_overrunning_its_timeout_is_ended_by_the_coordinator(

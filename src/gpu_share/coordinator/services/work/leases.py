@@ -208,8 +208,15 @@ async def report_result(
     if row is None:  # as stale as another node's lease: a node learns no invoke exists
         raise _stale(lease.invoke_id)
     status = InvokeStatus(row.status)
-    if status.terminal and row.lease_token == lease.token and row.node_id == lease.node_id:
+    if (
+        status.terminal
+        and status == report.status
+        and row.lease_token == lease.token
+        and row.node_id == lease.node_id
+    ):
         return status  # the agent retried a report that was already recorded
+    # Else a verdict the coordinator reached without this report (its lease expired on
+    # the last attempt, a timeout): the report is stale, and told so, not acknowledged.
     result = report.result
     if result is not None:
         queue_ms = _ms(row.started_at or row.assigned_at, row.created_at)
