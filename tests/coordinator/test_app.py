@@ -9,6 +9,7 @@ import weakref
 
 import httpx
 from fastapi import FastAPI
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from gpu_share.coordinator.app import create_app
 from gpu_share.coordinator.core.settings import Settings
@@ -28,3 +29,19 @@ async def test_a_dropped_app_is_freed(settings: Settings, clock: FrozenClock) ->
     gone = await serve_once()
     gc.collect()
     assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
+
+
+async def test_no_free_database_connection_is_503_not_500(app: FastAPI) -> None:
+    """Overload: every pooled connection stayed busy for the pool's timeout."""
+
+    async def saturated() -> None:
+        raise PoolTimeout("QueuePool limit of size 10 overflow 20 reached")
+
+    app.add_api_route("/test-saturated", saturated)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        response = await client.get("/test-saturated")
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "2"
+    assert response.json()["error"]["code"] == "UNAVAILABLE"
+    assert "overloaded" in response.json()["error"]["message"]

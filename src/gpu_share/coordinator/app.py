@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -235,6 +236,20 @@ def _install_error_handlers(app: FastAPI) -> None:
             ErrorCode.UNAVAILABLE,
             "the database is busy or unreachable; retry shortly",
             headers={"Retry-After": "1"},
+            for_people=False,
+        )
+
+    @app.exception_handler(PoolTimeout)
+    async def _saturated(request: Request, exc: PoolTimeout) -> Response:
+        # Every database connection of this process stayed busy for the pool's timeout:
+        # overload, which a client rides out by retrying, not a fault in the request.
+        log.warning("no database connection free: %s", exc)
+        return await answer(
+            request,
+            503,
+            ErrorCode.UNAVAILABLE,
+            "the coordinator is overloaded; retry shortly",
+            headers={"Retry-After": "2"},
             for_people=False,
         )
 
