@@ -4,6 +4,7 @@ Routers reach it through `api.deps.ReplicaDep` and background loops get it passe
 in; services never see it whole, they take the parts they use.
 """
 
+import asyncio
 from dataclasses import dataclass, field
 
 from gpu_share.coordinator.core.clock import Clock
@@ -18,6 +19,8 @@ from gpu_share.coordinator.replica.session_hub import SessionHub
 from gpu_share.coordinator.replica.session_routes import SessionRoutes
 from gpu_share.coordinator.storage import ArtifactStore
 from gpu_share.netguard import SafeFetcher
+
+CLAIMS_AT_ONCE = 4
 
 
 @dataclass
@@ -34,4 +37,7 @@ class Replica:
     id: str = field(default_factory=lambda: new_id("rep"))
     peers: Peers | None = None  # the hop to the other processes' hubs, when they relay
     routes: SessionRoutes | None = None  # where they hold the sessions relayed to
+    # Claims in flight at once here: the rest wait in memory, holding no database
+    # connection, so heartbeats and results still get one when agents pile in.
+    claim_gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(CLAIMS_AT_ONCE))
     relay_url: str | None = None  # where the other processes reach this one's hub

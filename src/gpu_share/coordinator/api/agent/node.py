@@ -97,7 +97,7 @@ async def lease(
         version = replica.notifier.version(Channel.WORK)
         now = replica.clock.now()
         remaining = deadline - loop.time()
-        async with replica.db.write() as session:
+        async with replica.claim_gate, replica.db.write() as session:
             jobs = await claims.claim(
                 session,
                 caller.node_id,
@@ -251,7 +251,7 @@ async def report_result(
     await replica.notifier.publish(Channel.FINISHED, invoke_id)
     if body.next is None or replica.notifier.closed:
         return wire.LeaseResponse(jobs=[])
-    async with replica.db.write() as session:
+    async with replica.claim_gate, replica.db.write() as session:
         jobs = await claims.claim(
             session,
             caller.node_id,
