@@ -4,11 +4,27 @@ public port (`gpu-share server --workers N`)."""
 
 import asyncio
 import contextlib
+import contextvars
+import logging
 import socket
 from collections.abc import Iterator
 
 import uvicorn
 from starlette.types import ASGIApp
+
+_IN_RELAY = contextvars.ContextVar("in_relay_listener", default=False)
+
+
+class _QuietRelay(logging.Filter):
+    """uvicorn's loggers are global: its start and stop lines from the relay listener
+    ("Started server process", "Shutting down"…) would repeat the public server's. They
+    are dropped; its warnings and errors are kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not _IN_RELAY.get()
+
+
+_QUIET = _QuietRelay()
 
 
 class RelayListener:
@@ -34,7 +50,13 @@ class RelayListener:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
+        logger = logging.getLogger("uvicorn.error")
+        if _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)
+        # The server's task, and the tasks it starts, run with this set (`_QuietRelay`).
+        context = contextvars.copy_context()
+        context.run(_IN_RELAY.set, True)
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]), context=context)
         while not self._server.started and not self._task.done():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         if not self._server.started:
