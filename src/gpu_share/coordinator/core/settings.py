@@ -115,6 +115,12 @@ class Settings(BaseSettings):
     )
     max_timeout_sec: int = Field(default=6 * 3600, ge=1)
     max_lease_wait_sec: float = Field(default=25.0, ge=0)
+    claims_at_once: int = Field(
+        default=4,
+        ge=1,
+        description="Claims one process runs at once; other lease requests wait in memory, "
+        "holding no database connection (docs/deployment.md, Sizing)",
+    )
     inline_output_limit_bytes: int = Field(default=1 * MiB, ge=0)
     max_output_bytes: int = Field(default=2 * GiB, gt=0)
     max_log_bytes_per_invoke: int = Field(default=2 * MiB, gt=0)

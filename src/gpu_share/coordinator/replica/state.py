@@ -20,8 +20,6 @@ from gpu_share.coordinator.replica.session_routes import SessionRoutes
 from gpu_share.coordinator.storage import ArtifactStore
 from gpu_share.netguard import SafeFetcher
 
-CLAIMS_AT_ONCE = 4
-
 
 @dataclass
 class Replica:
@@ -37,7 +35,12 @@ class Replica:
     id: str = field(default_factory=lambda: new_id("rep"))
     peers: Peers | None = None  # the hop to the other processes' hubs, when they relay
     routes: SessionRoutes | None = None  # where they hold the sessions relayed to
-    # Claims in flight at once here: the rest wait in memory, holding no database
-    # connection, so heartbeats and results still get one when agents pile in.
-    claim_gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(CLAIMS_AT_ONCE))
+    # At most `settings.claims_at_once` claims in flight here: the rest wait in memory,
+    # holding no database connection, so heartbeats and results still get one when agents
+    # pile in.
+    claim_gate: asyncio.Semaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.claim_gate = asyncio.Semaphore(self.settings.claims_at_once)
+
     relay_url: str | None = None  # where the other processes reach this one's hub
