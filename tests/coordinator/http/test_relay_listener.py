@@ -13,20 +13,36 @@ from starlette.routing import Route
 from gpu_share.coordinator.http.relay_listener import RelayListener
 
 
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 async def test_it_serves_and_says_nothing_of_its_own_start_and_stop(
-    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async def hello(_request: object) -> PlainTextResponse:
         return PlainTextResponse("relayed")
 
-    app = Starlette(routes=[Route("/", hello)])
-    listener = RelayListener(app, "127.0.0.1", 0, advertise_host="127.0.0.1")
-    with caplog.at_level(logging.INFO):
+    # uvicorn's logger as a server process leaves it (other tests' servers set its level)
+    logger = logging.getLogger("uvicorn.error")
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    monkeypatch.setattr(logger, "disabled", False)
+    seen = Lines()
+    logger.addHandler(seen)
+    try:
+        app = Starlette(routes=[Route("/", hello)])
+        listener = RelayListener(app, "127.0.0.1", 0, advertise_host="127.0.0.1")
         await listener.start()
         async with httpx.AsyncClient() as client:
             assert (await client.get(listener.url)).text == "relayed"
         await listener.stop()
-        logging.getLogger("uvicorn.error").info("the public server's own line")
-    lines = [r.getMessage() for r in caplog.records if r.name == "uvicorn.error"]
-    assert lines == ["the public server's own line"], lines
+        logger.info("the public server's own line")
+    finally:
+        logger.removeHandler(seen)
+    assert seen.lines == ["the public server's own line"], seen.lines
     assert listener.url.startswith("http://127.0.0.1:")
