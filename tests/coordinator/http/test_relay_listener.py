@@ -2,10 +2,11 @@
 keeps uvicorn's start and stop lines out of the log, where they would read as a second
 server process starting and stopping."""
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 import httpx
-import pytest
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
@@ -22,27 +23,41 @@ class Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-async def test_it_serves_and_says_nothing_of_its_own_start_and_stop(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_it_serves_and_says_nothing_of_its_own_start_and_stop() -> None:
     async def hello(_request: object) -> PlainTextResponse:
         return PlainTextResponse("relayed")
 
-    # uvicorn's logger as a server process leaves it (other tests' servers set its level)
-    logger = logging.getLogger("uvicorn.error")
-    monkeypatch.setattr(logger, "level", logging.INFO)
-    monkeypatch.setattr(logger, "disabled", False)
-    seen = Lines()
-    logger.addHandler(seen)
-    try:
-        app = Starlette(routes=[Route("/", hello)])
-        listener = RelayListener(app, "127.0.0.1", 0, advertise_host="127.0.0.1")
-        await listener.start()
-        async with httpx.AsyncClient() as client:
-            assert (await client.get(listener.url)).text == "relayed"
-        await listener.stop()
-        logger.info("the public server's own line")
-    finally:
-        logger.removeHandler(seen)
+    with uvicorn_logging_at_info() as logger:
+        seen = Lines()
+        logger.addHandler(seen)
+        try:
+            app = Starlette(routes=[Route("/", hello)])
+            listener = RelayListener(app, "127.0.0.1", 0, advertise_host="127.0.0.1")
+            await listener.start()
+            async with httpx.AsyncClient() as client:
+                assert (await client.get(listener.url)).text == "relayed"
+            await listener.stop()
+            logger.info("the public server's own line")
+        finally:
+            logger.removeHandler(seen)
     assert seen.lines == ["the public server's own line"], seen.lines
     assert listener.url.startswith("http://127.0.0.1:")
+
+
+@contextlib.contextmanager
+def uvicorn_logging_at_info() -> Iterator[logging.Logger]:
+    """uvicorn's logger as a server process leaves it: other tests' servers set its level,
+    disable it, or disable logging below a level (and `isEnabledFor` caches the answer,
+    which only `setLevel` clears)."""
+    logger = logging.getLogger("uvicorn.error")
+    level, disabled = logger.level, logger.disabled
+    below = logging.root.manager.disable
+    logging.disable(logging.NOTSET)
+    logger.disabled = False
+    logger.setLevel(logging.INFO)
+    try:
+        yield logger
+    finally:
+        logger.setLevel(level)
+        logger.disabled = disabled
+        logging.disable(below)
