@@ -17,12 +17,19 @@ from sqlalchemy import event, exc, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
 from sqlalchemy.pool import NullPool
+
+from gpu_share.coordinator.core.driver_sql import (
+    DriverTx,
+    postgres_transaction,
+    sqlite_transaction,
+)
 
 PING_AFTER_IDLE_SEC = 5.0
 """A pooled PostgreSQL connection unused this long is tried before it is handed out."""
@@ -71,6 +78,25 @@ class Database:
             async with self._write_sessions() as session, session.begin():
                 yield session
 
+    @asynccontextmanager
+    async def driver_write(self) -> AsyncIterator[DriverTx]:
+        """A write transaction on the driver's own connection, for the hot statements
+        (`driver_sql`): the same pool, the same `BEGIN IMMEDIATE` and in-process turn on
+        SQLite, no SQLAlchemy per statement."""
+        if self.is_sqlite:
+            async with (
+                self._sqlite_write_lock,
+                self.engine.connect() as connection,
+                sqlite_transaction(await _driver_connection(connection)) as tx,
+            ):
+                yield tx
+        else:
+            async with (
+                self.engine.connect() as connection,
+                postgres_transaction(await _driver_connection(connection)) as tx,
+            ):
+                yield tx
+
     async def ping(self) -> bool:
         try:
             async with asyncio.timeout(3), self.engine.connect() as conn:
@@ -81,6 +107,13 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+async def _driver_connection(connection: AsyncConnection) -> Any:
+    """The asyncpg or aiosqlite connection under a pooled SQLAlchemy one. SQLAlchemy has
+    begun nothing on it, so giving it back to the pool costs no rollback."""
+    pooled = await connection.get_raw_connection()
+    return pooled.driver_connection
 
 
 def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:

@@ -77,12 +77,15 @@ async def update_inventory(
 async def heartbeat(
     body: wire.Heartbeat, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.HeartbeatAck:
-    async with replica.db.write() as session:
+    async with replica.db.driver_write() as tx:
         ack = await leases.heartbeat(
-            session, caller.node_id, body, replica.clock.now(), replica.settings
+            tx, caller.node_id, body, replica.clock.now(), replica.settings
         )
-        ack.challenge = await challenges.waiting(session, caller.node_id)
-        return ack
+        challenged = await challenges.any_waiting(tx, caller.node_id)
+    if challenged:
+        async with replica.db.read() as session:
+            ack.challenge = await challenges.waiting(session, caller.node_id)
+    return ack
 
 
 @router.post("/lease", response_model=wire.LeaseResponse, responses=errors(*AUTH, 422))

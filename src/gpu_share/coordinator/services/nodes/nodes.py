@@ -4,9 +4,10 @@ import functools
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Insert, Select, bindparam, delete, func, insert, select
+from sqlalchemy import Select, bindparam, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.driver_sql import DriverTx, Sql
 from gpu_share.coordinator.core.errors import NotFound
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, TelemetrySampleRow
@@ -299,18 +300,27 @@ async def runtime_availability(
 TELEMETRY_KEPT = timedelta(hours=1)
 
 
-async def record_telemetry(
-    session: AsyncSession, node_id: str, telemetry: Telemetry, now: datetime
-) -> None:
-    # A plain INSERT (every heartbeat of every node): no ORM object, and no id read back.
-    await session.execute(
-        _add_sample(), {"node_id": node_id, "at": now, "telemetry": telemetry.model_dump()}
-    )
+_MARK_SEEN = Sql(
+    "UPDATE nodes SET last_seen_at = :at, telemetry = :telemetry WHERE id = :node"
+    " RETURNING benchmark_requested_at",
+    jsons=("telemetry",),
+)
+_ADD_SAMPLE = Sql(
+    "INSERT INTO telemetry_samples (node_id, at, telemetry) VALUES (:node, :at, :telemetry)",
+    jsons=("telemetry",),
+)
 
 
-@functools.cache
-def _add_sample() -> Insert:
-    return insert(TelemetrySampleRow.__table__)  # type: ignore[arg-type]
+async def record_beat(tx: DriverTx, node_id: str, telemetry: Telemetry, now: datetime) -> bool:
+    """Mark the node seen with what it reports, and keep the sample for the live charts;
+    whether an admin asked it to benchmark itself. Every node runs this every few seconds:
+    two statements on the driver (`driver_sql`)."""
+    reported = telemetry.model_dump()
+    marked = await tx.fetchrow(_MARK_SEEN, node=node_id, at=now, telemetry=reported)
+    if marked is None:
+        raise NotFound(f"node {node_id} does not exist")
+    await tx.execute(_ADD_SAMPLE, node=node_id, at=now, telemetry=reported)
+    return marked["benchmark_requested_at"] is not None
 
 
 async def recent_telemetry(

@@ -1,14 +1,12 @@
 """When a node was there: heartbeats counted per 5-minute bucket, the raw material of
 the uptime part of the reliability score."""
 
-import functools
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from sqlalchemy import bindparam, delete, select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.db import upsert_for
+from gpu_share.coordinator.core.driver_sql import DriverTx, Sql
 from gpu_share.coordinator.core.orm import NodePresenceRow
 
 BUCKET_SEC = 300
@@ -20,29 +18,16 @@ def bucket_of(moment: datetime) -> datetime:
     return datetime.fromtimestamp(epoch - epoch % BUCKET_SEC, UTC)
 
 
-async def record_beat(session: AsyncSession, node_id: str, now: datetime) -> None:
-    dialect = session.get_bind().dialect.name
-    await session.execute(
-        _count_beat(dialect), {"beat_node": node_id, "beat_bucket": bucket_of(now)}
-    )
+_COUNT_BEAT = Sql(
+    "INSERT INTO node_presence (node_id, bucket_start, beats) VALUES (:node, :bucket, 1)"
+    " ON CONFLICT (node_id, bucket_start) DO UPDATE SET beats = node_presence.beats + 1"
+)
 
 
-@functools.cache
-def _count_beat(dialect: str) -> Any:
-    """The upsert counting one beat of `:beat_node` in bucket `:beat_bucket`; built once per
-    dialect (every heartbeat of every node runs it)."""
-    return (
-        upsert_for(dialect)(NodePresenceRow)
-        .values(
-            node_id=bindparam("beat_node", type_=NodePresenceRow.node_id.type),
-            bucket_start=bindparam("beat_bucket", type_=NodePresenceRow.bucket_start.type),
-            beats=1,
-        )
-        .on_conflict_do_update(
-            index_elements=[NodePresenceRow.node_id, NodePresenceRow.bucket_start],
-            set_={"beats": NodePresenceRow.beats + 1},
-        )
-    )
+async def record_beat(tx: DriverTx, node_id: str, now: datetime) -> None:
+    """Count one beat of the node in its bucket (every heartbeat of every node: on the
+    driver, `driver_sql`)."""
+    await tx.execute(_COUNT_BEAT, node=node_id, bucket=bucket_of(now))
 
 
 async def present_buckets(

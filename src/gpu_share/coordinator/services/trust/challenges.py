@@ -21,6 +21,7 @@ from sqlalchemy import Select, bindparam, desc, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.challenge import sizing
+from gpu_share.coordinator.core.driver_sql import DriverTx, Sql
 from gpu_share.coordinator.core.errors import Conflict, NotFound, field_error
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import ChallengeRow, NodeRow
@@ -142,6 +143,20 @@ async def issue_due(
         session.add(row)
         return row
     return None
+
+
+_ANY_ISSUED = Sql(
+    "SELECT 1 AS issued FROM challenges WHERE node_id = :node AND status = :issued LIMIT 1"
+)
+
+
+async def any_waiting(tx: DriverTx, node_id: str) -> bool:
+    """Whether a challenge waits for the node: asked by every heartbeat, on the driver
+    (`driver_sql`); `waiting` reads it only when one does."""
+    return (
+        await tx.fetchrow(_ANY_ISSUED, node=node_id, issued=ChallengeStatus.ISSUED.value)
+        is not None
+    )
 
 
 async def waiting(session: AsyncSession, node_id: str) -> ChallengeOrder | None:

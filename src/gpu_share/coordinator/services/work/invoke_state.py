@@ -36,6 +36,7 @@ from sqlalchemy import Update, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import metrics
+from gpu_share.coordinator.core.driver_sql import DriverTx, Sql, sql_list
 from gpu_share.coordinator.core.orm import InvokeRow
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
 from gpu_share.coordinator.services.money import billing
@@ -216,11 +217,29 @@ async def start(session: AsyncSession, lease: Lease, *, timeout_sec: int, now: d
     )
 
 
-async def extend(session: AsyncSession, lease: Lease, expires_at: datetime) -> bool:
-    """Keep the lease (a heartbeat): the status stays, the deadline of the lease moves."""
-    return await _transition(
-        session, lease.invoke_id, ACTIVE_VALUES, {"lease_expires_at": expires_at}, *_held(lease)
+@dataclass(frozen=True)
+class Kept:
+    cancel_requested: bool
+
+
+_KEEP = Sql(
+    "UPDATE invokes SET lease_expires_at = :expires"  # noqa: S608 (the list: the code's constants)
+    " WHERE id = :invoke AND node_id = :node AND lease_token = :token"
+    f" AND status IN ({sql_list(ACTIVE_VALUES)})"
+    " AND (preempt_requested_at IS NULL OR cancel_requested_at IS NOT NULL)"
+    " RETURNING cancel_requested_at"
+)
+
+
+async def keep(tx: DriverTx, lease: Lease, expires_at: datetime) -> Kept | None:
+    """Keep the lease (a heartbeat): the status stays, the deadline of the lease moves; not
+    for a job being stopped for a preemption (one being canceled is kept: it reports
+    `canceled`). None: not extended. On the driver (`driver_sql`): every running job's
+    node asks every few seconds."""
+    kept = await tx.fetchrow(
+        _KEEP, expires=expires_at, invoke=lease.invoke_id, node=lease.node_id, token=lease.token
     )
+    return None if kept is None else Kept(cancel_requested=kept["cancel_requested_at"] is not None)
 
 
 async def finish(

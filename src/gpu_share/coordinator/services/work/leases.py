@@ -5,15 +5,15 @@ Status changes go through `invoke_state`, each guarded by the lease the caller
 holds; a transition that touches no row means the caller's lease is stale.
 """
 
-import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Update, bindparam, select, update
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.errors import Conflict, NotFound
-from gpu_share.coordinator.core.orm import InvokeLogRow, InvokeRow, NodeRow
+from gpu_share.coordinator.core.driver_sql import DriverTx, Sql, sql_list
+from gpu_share.coordinator.core.errors import Conflict
+from gpu_share.coordinator.core.orm import InvokeLogRow, InvokeRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
 from gpu_share.coordinator.services.nodes import nodes, presence
@@ -57,77 +57,60 @@ def _verdict(row: InvokeRow | None, lease: Lease) -> wire.LeaseVerdict:
     return wire.LeaseVerdict.KEEP
 
 
-@functools.cache
-def _mark_seen() -> Update:
-    """The heartbeat's UPDATE of its node, for `:beat_node`, `:beat_at` and
-    `:beat_telemetry`; built once (a heartbeat comes from every node every few seconds)."""
-    return (
-        update(NodeRow)
-        .where(NodeRow.id == bindparam("beat_node"))
-        .values(
-            last_seen_at=bindparam("beat_at", type_=NodeRow.last_seen_at.type),
-            telemetry=bindparam("beat_telemetry", type_=NodeRow.telemetry.type),
-        )
-        .returning(NodeRow.benchmark_requested_at)
-        .execution_options(synchronize_session=False)
-    )
+_PREEMPTED = Sql(
+    "SELECT lease_expires_at FROM invokes"  # noqa: S608 (the list: the code's constants)
+    " WHERE id = :invoke AND node_id = :node AND lease_token = :token"
+    f" AND status IN ({sql_list(ACTIVE_VALUES)})"
+    " AND cancel_requested_at IS NULL AND preempt_requested_at IS NOT NULL",
+    datetimes=("lease_expires_at",),
+)
+"""A held lease whose job is told to stop for a preemption, with its unmoved deadline."""
 
 
 async def heartbeat(
-    session: AsyncSession,
+    tx: DriverTx,
     node_id: str,
     beat: wire.Heartbeat,
     now: datetime,
     settings: Settings,
 ) -> wire.HeartbeatAck:
-    telemetry = beat.telemetry.model_dump()
-    # One statement marks the node seen and returns what the answer needs (loading the
-    # node to change two columns cost a read and the ORM's bookkeeping on every beat).
-    benchmark_requested_at = (
-        await session.execute(
-            _mark_seen(), {"beat_node": node_id, "beat_at": now, "beat_telemetry": telemetry}
-        )
-    ).one_or_none()
-    if benchmark_requested_at is None:
-        raise NotFound(f"node {node_id} does not exist")
-    await nodes.record_telemetry(session, node_id, beat.telemetry, now)
-    await presence.record_beat(session, node_id, now)
+    """The node is seen, and each lease it holds is kept or told to stop. Every node sends
+    this every few seconds, so it runs on the driver (`driver_sql`): an idle node's beat is
+    three statements, and each running job adds one (two when it is not kept)."""
+    run_benchmark = await nodes.record_beat(tx, node_id, beat.telemetry, now)
+    await presence.record_beat(tx, node_id, now)
     expires = now + timedelta(seconds=settings.lease_ttl_sec)
-    ids = [running.invoke_id for running in beat.running]
-    rows = (
-        {
-            row.id: row
-            for row in (await session.scalars(select(InvokeRow).where(InvokeRow.id.in_(ids)))).all()
-        }
-        if ids
-        else {}
-    )
-    statuses: list[wire.LeaseStatus] = []
-    for running in beat.running:
-        lease = Lease(running.invoke_id, node_id, running.lease_token)
-        verdict = _verdict(rows.get(running.invoke_id), lease)
-        # A job told to stop for a preemption is not extended: if its node never
-        # confirms, the lease runs out and expiry requeues it all the same.
-        if verdict not in (
-            wire.LeaseVerdict.DROP,
-            wire.LeaseVerdict.PREEMPT,
-        ) and not await invoke_state.extend(session, lease, expires):
-            verdict = wire.LeaseVerdict.DROP  # requeued or finished since the read
-        held: datetime | None = expires
-        if verdict is wire.LeaseVerdict.PREEMPT:
-            held = rows[running.invoke_id].lease_expires_at
-        statuses.append(
-            wire.LeaseStatus(
-                invoke_id=running.invoke_id,
-                verdict=verdict,
-                lease_expires_at=None if verdict is wire.LeaseVerdict.DROP else held,
-            )
-        )
+    statuses = [await _keep(tx, running, node_id, expires) for running in beat.running]
     return wire.HeartbeatAck(
         leases=statuses,
         heartbeat_interval_sec=settings.heartbeat_interval_sec,
-        run_benchmark=benchmark_requested_at[0] is not None,
+        run_benchmark=run_benchmark,
     )
+
+
+async def _keep(
+    tx: DriverTx, running: wire.RunningLease, node_id: str, expires: datetime
+) -> wire.LeaseStatus:
+    """A lease still held is extended (KEEP, or CANCEL when its tenant canceled). A job told
+    to stop for a preemption is not: if its node never confirms, the lease runs out and
+    expiry requeues it all the same. Anything else is no longer the node's (DROP)."""
+    lease = Lease(running.invoke_id, node_id, running.lease_token)
+    kept = await invoke_state.keep(tx, lease, expires)
+    if kept is not None:
+        verdict = wire.LeaseVerdict.CANCEL if kept.cancel_requested else wire.LeaseVerdict.KEEP
+        return wire.LeaseStatus(
+            invoke_id=lease.invoke_id, verdict=verdict, lease_expires_at=expires
+        )
+    preempted = await tx.fetchrow(
+        _PREEMPTED, invoke=lease.invoke_id, node=node_id, token=lease.token
+    )
+    if preempted is not None:
+        return wire.LeaseStatus(
+            invoke_id=lease.invoke_id,
+            verdict=wire.LeaseVerdict.PREEMPT,
+            lease_expires_at=preempted["lease_expires_at"],
+        )
+    return wire.LeaseStatus(invoke_id=lease.invoke_id, verdict=wire.LeaseVerdict.DROP)
 
 
 async def append_log(

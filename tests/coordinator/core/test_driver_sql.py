@@ -1,0 +1,149 @@
+"""Statements on the driver (`driver_sql`, `Database.driver_write`) read and write what the
+ORM does, on both databases, and fail the way the ORM's do."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import exc, select
+
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.driver_sql import Sql, sql_list, sqlite_value
+from gpu_share.coordinator.core.orm import LedgerTransactionRow
+
+_INSERT = Sql(
+    "INSERT INTO ledger_transactions (id, cause, kind, created_at, details)"
+    " VALUES (:id, :cause, :kind, :at, :details)",
+    jsons=("details",),
+)
+_READ = Sql(
+    "SELECT id, created_at, details FROM ledger_transactions WHERE id = :id",
+    datetimes=("created_at",),
+    jsons=("details",),
+)
+_LATER_THAN = Sql(
+    "SELECT id FROM ledger_transactions WHERE created_at > :since ORDER BY id",
+)
+
+MOMENT = datetime(2026, 12, 5, 3, 4, 5, 678901, tzinfo=UTC)
+DETAILS = {"invoke": "inv_1", "seconds": 1.5, "gpus": [0, 1], "note": "é"}
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[Database]:
+    database = Database(db_url)
+    yield database
+    await database.dispose()
+
+
+def test_parameters_are_numbered_for_asyncpg_once_per_name() -> None:
+    sql = Sql("SELECT :a, :b::jsonb, :a, 'x'::text WHERE y = :b_c")
+    assert sql.pg_text == "SELECT $1, $2::jsonb, $1, 'x'::text WHERE y = $3"
+    assert sql.pg_names == ("a", "b", "b_c")
+
+
+def test_only_plain_constants_make_an_sql_list() -> None:
+    assert sql_list(["assigned", "running"]) == "'assigned', 'running'"
+    with pytest.raises(ValueError, match="plain constant"):
+        sql_list(["done') OR ('1"])
+
+
+def test_a_naive_datetime_is_refused_as_the_orm_refuses_it() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        sqlite_value(datetime(2026, 1, 1))
+
+
+async def test_a_row_written_on_the_driver_reads_alike_through_the_orm(db: Database) -> None:
+    async with db.driver_write() as tx:
+        await tx.execute(_INSERT, id="t1", cause="c1", kind="k", at=MOMENT, details=DETAILS)
+    async with db.read() as session:
+        row = await session.get(LedgerTransactionRow, "t1")
+    assert row is not None
+    assert (row.created_at, row.details) == (MOMENT, DETAILS)
+
+
+async def test_a_row_written_by_the_orm_reads_alike_on_the_driver(db: Database) -> None:
+    local = MOMENT.astimezone(timezone(timedelta(hours=3)))  # the ORM stores it as UTC
+    async with db.write() as session:
+        session.add(
+            LedgerTransactionRow(id="t2", cause="c2", kind="k", created_at=local, details=DETAILS)
+        )
+    async with db.driver_write() as tx:
+        row = await tx.fetchrow(_READ, id="t2")
+        missing = await tx.fetchrow(_READ, id="nope")
+    assert row is not None and missing is None
+    assert row["created_at"] == MOMENT and row["created_at"].utcoffset() == timedelta(0)
+    assert row["details"] == DETAILS
+
+
+async def test_datetimes_compare_in_sql_as_the_orm_stores_them(db: Database) -> None:
+    # SQLite compares the stored text: a bound value must be written the same way.
+    async with db.write() as session:
+        for n in range(3):
+            at = MOMENT + timedelta(microseconds=n)
+            session.add(
+                LedgerTransactionRow(id=f"t{n}", cause=f"c{n}", kind="k", created_at=at, details={})
+            )
+    async with db.driver_write() as tx:
+        later = await tx.fetch(_LATER_THAN, since=MOMENT)
+    assert [row["id"] for row in later] == ["t1", "t2"]
+
+
+async def test_an_error_inside_rolls_everything_back(db: Database) -> None:
+    async def insert_then_fail() -> None:
+        async with db.driver_write() as tx:
+            await tx.execute(_INSERT, id="t3", cause="c3", kind="k", at=MOMENT, details={})
+            raise RuntimeError("the handler failed after its first statement")
+
+    with pytest.raises(RuntimeError):
+        await insert_then_fail()
+    async with db.read() as session:
+        assert await session.get(LedgerTransactionRow, "t3") is None
+
+
+async def test_driver_errors_are_sqlalchemys_and_leave_the_connection_usable(
+    db: Database,
+) -> None:
+    async with db.driver_write() as tx:
+        await tx.execute(_INSERT, id="t4", cause="same", kind="k", at=MOMENT, details={})
+    with pytest.raises(exc.IntegrityError):
+        async with db.driver_write() as tx:
+            await tx.execute(_INSERT, id="t5", cause="same", kind="k", at=MOMENT, details={})
+    broken = Sql("SELECT no_such_column FROM ledger_transactions")
+    with pytest.raises(exc.OperationalError):
+        async with db.driver_write() as tx:
+            await tx.fetch(broken)
+    for _ in range(12):  # more than the pool holds: every connection went back clean
+        async with db.driver_write() as tx:
+            assert len(await tx.fetch(_LATER_THAN, since=MOMENT - timedelta(days=1))) == 1
+    async with db.read() as session:
+        causes = (await session.scalars(select(LedgerTransactionRow.cause))).all()
+    assert causes == ["same"]
+
+
+async def test_driver_and_orm_writes_take_turns_on_sqlite(db_url: str) -> None:
+    # SQLite's writers are serialized in-process (`Database.write`); the driver's too, so
+    # a writer waits its turn instead of meeting "database is locked" after the busy
+    # timeout. On PostgreSQL they run side by side.
+    db = Database(db_url, busy_timeout_ms=50)
+
+    async def on_driver(n: int) -> None:
+        async with db.driver_write() as tx:
+            await tx.execute(_INSERT, id=f"d{n}", cause=f"d{n}", kind="k", at=MOMENT, details={})
+            await asyncio.sleep(0.2)  # past the busy timeout, holding the write
+
+    async def on_orm(n: int) -> None:
+        async with db.write() as session:
+            row = LedgerTransactionRow(id=f"o{n}", cause=f"o{n}", kind="k", created_at=MOMENT)
+            row.details = {}
+            session.add(row)
+            await asyncio.sleep(0.2)
+
+    try:
+        await asyncio.gather(*(on_driver(n) for n in range(3)), *(on_orm(n) for n in range(3)))
+        async with db.read() as session:
+            ids = (await session.scalars(select(LedgerTransactionRow.id))).all()
+    finally:
+        await db.dispose()
+    assert len(ids) == 6
