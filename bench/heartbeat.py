@@ -7,7 +7,7 @@ from `--before DIR` (e.g. the committed code: `git archive HEAD src | tar -x -C
 /tmp/before`). In rounds whose order turns, each gets 1,000 heartbeats from an idle
 node, 1,000 from a node holding one running lease, and 1,000 requests that touch no
 database (a 404 under /v1/: what any request costs the server). Printed: the server
-CPU per request, each side's median over the rounds and ours ÷ before.
+CPU per request in each round, and the median over the rounds of ours ÷ before.
 
 Run: .venv/bin/python bench/heartbeat.py --before /tmp/before/src [--rounds 5] [--beats 1000]
 """
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import httpx
 import psutil
+from dispatch import CPU_BODY, cpu_sec, wait_healthy
 
-from bench.dispatch import CPU_BODY, cpu_sec, wait_healthy
 from gpu_share.testing.databases import create_scratch_postgres, drop_scratch_postgres
 from gpu_share.testing.servers import free_port
 from gpu_share.testing.simulated_agent import SimulatedAgent
@@ -152,17 +152,12 @@ async def main() -> None:
                 await drop_scratch_postgres(url)
 
     ours, before = sides
-    print(f"server CPU per request, ms (median of {args.rounds} rounds of {args.beats}):")
+    print(f"server CPU per request, ms ({args.rounds} rounds of {args.beats}; ours / before):")
     for name in ours.figures:
-        mine, theirs = (
-            statistics.median(ours.figures[name]),
-            statistics.median(before.figures[name]),
-        )
-        spread = ", ".join(f"{v:.2f}" for v in ours.figures[name])
-        print(
-            f"  {name:32s} ours {mine:5.2f}  before {theirs:5.2f}  "
-            f"ours/before {mine / theirs:.2f}  (ours: {spread})"
-        )
+        pairs = list(zip(ours.figures[name], before.figures[name], strict=True))
+        rounds = "  ".join(f"{mine:.2f}/{theirs:.2f}" for mine, theirs in pairs)
+        ratio = statistics.median(mine / theirs for mine, theirs in pairs)
+        print(f"  {name:32s} median ratio {ratio:.2f}   rounds: {rounds}")
 
 
 if __name__ == "__main__":

@@ -147,3 +147,21 @@ async def test_driver_and_orm_writes_take_turns_on_sqlite(db_url: str) -> None:
     finally:
         await db.dispose()
     assert len(ids) == 6
+
+
+async def test_one_statement_outside_a_transaction_refuses_a_second(db: Database) -> None:
+    async def two_statements() -> None:
+        async with db.driver_write(one_statement=True) as tx:
+            await tx.execute(_INSERT, id="t6", cause="c6", kind="k", at=MOMENT, details={})
+            await tx.execute(_INSERT, id="t7", cause="c7", kind="k", at=MOMENT, details={})
+
+    if db.is_sqlite:  # a write transaction all the same: both land
+        await two_statements()
+        expected = ["t6", "t7"]
+    else:  # the first committed by itself, the second never sent
+        with pytest.raises(RuntimeError, match="one statement"):
+            await two_statements()
+        expected = ["t6"]
+    async with db.read() as session:
+        ids = (await session.scalars(select(LedgerTransactionRow.id))).all()
+    assert sorted(ids) == expected

@@ -27,6 +27,7 @@ from sqlalchemy.pool import NullPool
 
 from gpu_share.coordinator.core.driver_sql import (
     DriverTx,
+    PostgresTx,
     postgres_transaction,
     sqlite_transaction,
 )
@@ -79,10 +80,14 @@ class Database:
                 yield session
 
     @asynccontextmanager
-    async def driver_write(self) -> AsyncIterator[DriverTx]:
+    async def driver_write(self, *, one_statement: bool = False) -> AsyncIterator[DriverTx]:
         """A write transaction on the driver's own connection, for the hot statements
         (`driver_sql`): the same pool, the same `BEGIN IMMEDIATE` and in-process turn on
-        SQLite, no SQLAlchemy per statement."""
+        SQLite, no SQLAlchemy per statement.
+
+        `one_statement`: the caller sends a single statement, atomic by itself; on
+        PostgreSQL it then runs without BEGIN and COMMIT (two round trips fewer), and a
+        second statement is refused. SQLite runs it in its write transaction as ever."""
         if self.is_sqlite:
             async with (
                 self._sqlite_write_lock,
@@ -90,6 +95,9 @@ class Database:
                 sqlite_transaction(await _driver_connection(connection)) as tx,
             ):
                 yield tx
+        elif one_statement:
+            async with self.engine.connect() as connection:
+                yield PostgresTx(await _driver_connection(connection), most_statements=1)
         else:
             async with (
                 self.engine.connect() as connection,

@@ -83,6 +83,9 @@ class Row(Protocol):
 class DriverTx(Protocol):
     """One write transaction on the driver's connection (`Database.driver_write`)."""
 
+    dialect: str
+    """"postgresql" or "sqlite": where a statement has a form for each."""
+
     async def fetch(self, sql: Sql, **params: Any) -> list[Row]: ...
 
     async def fetchrow(self, sql: Sql, **params: Any) -> Row | None: ...
@@ -98,11 +101,19 @@ class PostgresTx:
     """asyncpg: aware datetimes as they are; JSON as text, decoded on the way back by the
     codec SQLAlchemy installs on each connection."""
 
-    def __init__(self, connection: asyncpg.Connection) -> None:
-        self._connection = connection
+    dialect = "postgresql"
 
-    @staticmethod
-    def _args(sql: Sql, params: Mapping[str, Any]) -> list[Any]:
+    def __init__(
+        self, connection: asyncpg.Connection, *, most_statements: int | None = None
+    ) -> None:
+        self._connection = connection
+        self._left = most_statements
+
+    def _args(self, sql: Sql, params: Mapping[str, Any]) -> list[Any]:
+        if self._left is not None:
+            if self._left == 0:
+                raise RuntimeError(f"{sql!r}: one statement was allowed outside a transaction")
+            self._left -= 1
         return [
             _json_text(params[name]) if name in sql.jsons else params[name] for name in sql.pg_names
         ]
@@ -136,6 +147,8 @@ def _sqlite_datetime(text: str | None) -> datetime | None:
 
 class SqliteTx:
     """aiosqlite: datetimes as naive UTC text and JSON as text, both ways."""
+
+    dialect = "sqlite"
 
     def __init__(self, connection: Any) -> None:
         self._connection = connection

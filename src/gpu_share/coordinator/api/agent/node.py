@@ -16,7 +16,6 @@ from gpu_share.coordinator.replica.notify import Channel
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.nodes import nodes
 from gpu_share.coordinator.services.providers import enrollment
-from gpu_share.coordinator.services.trust import challenges
 from gpu_share.coordinator.services.work import claims, job_files, leases, preemption
 from gpu_share.coordinator.services.work.invoke_state import Lease
 from gpu_share.protocol import agent as wire
@@ -77,15 +76,9 @@ async def update_inventory(
 async def heartbeat(
     body: wire.Heartbeat, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.HeartbeatAck:
-    async with replica.db.driver_write() as tx:
-        ack = await leases.heartbeat(
-            tx, caller.node_id, body, replica.clock.now(), replica.settings
-        )
-        challenged = await challenges.any_waiting(tx, caller.node_id)
-    if challenged:
-        async with replica.db.read() as session:
-            ack.challenge = await challenges.waiting(session, caller.node_id)
-    return ack
+    return await leases.heartbeat(
+        replica.db, caller.node_id, body, replica.clock.now(), replica.settings
+    )
 
 
 @router.post("/lease", response_model=wire.LeaseResponse, responses=errors(*AUTH, 422))

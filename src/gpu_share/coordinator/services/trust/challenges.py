@@ -10,18 +10,17 @@ the node's word about time counts for nothing. Every transition of an open chall
 is guarded by its status, so a reveal and the expiry loop cannot both decide one.
 """
 
-import functools
 import hashlib
 import secrets
 import struct
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, bindparam, desc, select
+from sqlalchemy import desc, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.challenge import sizing
-from gpu_share.coordinator.core.driver_sql import DriverTx, Sql
+from gpu_share.coordinator.core.driver_sql import DriverTx, Row, Sql
 from gpu_share.coordinator.core.errors import Conflict, NotFound, field_error
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import ChallengeRow, NodeRow
@@ -145,56 +144,47 @@ async def issue_due(
     return None
 
 
-_ANY_ISSUED = Sql(
-    "SELECT 1 AS issued FROM challenges WHERE node_id = :node AND status = :issued LIMIT 1"
+WAITING_COLUMNS = (
+    "c.id AS challenge_id, c.target AS challenge_target,"
+    " c.claimed_model AS challenge_model, c.params AS challenge_params"
+)
+"""What a challenge order is made of (`order_of`), from `challenges c`."""
+WAITING_JSONS = ("challenge_params", "node_gpus")
+
+_WAITING = Sql(
+    f"SELECT {WAITING_COLUMNS}, n.gpus AS node_gpus"  # noqa: S608 (the code's constants)
+    " FROM challenges c JOIN nodes n ON n.id = c.node_id"
+    " WHERE c.node_id = :node AND c.status = :issued ORDER BY c.issued_at LIMIT 1",
+    jsons=WAITING_JSONS,
 )
 
 
-async def any_waiting(tx: DriverTx, node_id: str) -> bool:
-    """Whether a challenge waits for the node: asked by every heartbeat, on the driver
-    (`driver_sql`); `waiting` reads it only when one does."""
-    return (
-        await tx.fetchrow(_ANY_ISSUED, node=node_id, issued=ChallengeStatus.ISSUED.value)
-        is not None
-    )
+async def waiting(tx: DriverTx, node_id: str) -> ChallengeOrder | None:
+    """What the heartbeat answer tells the node: the challenge it has yet to start. Every
+    heartbeat asks, so it is a driver statement (`driver_sql`); on PostgreSQL the
+    heartbeat's own statement reads it (`leases`), with the same columns."""
+    row = await tx.fetchrow(_WAITING, node=node_id, issued=ChallengeStatus.ISSUED.value)
+    return None if row is None else order_of(row)
 
 
-async def waiting(session: AsyncSession, node_id: str) -> ChallengeOrder | None:
-    """What the heartbeat answer tells the node: the challenge it has yet to start."""
-    row = await session.scalar(_issued(), {"waiting_node": node_id})
-    if row is None:
+def order_of(row: Row) -> ChallengeOrder | None:
+    """The order in a row of `WAITING_COLUMNS` and the node's `node_gpus`; None when the row
+    names no challenge (an outer join that found none)."""
+    if row["challenge_id"] is None:
         return None
-    node = await session.get(NodeRow, node_id)
+    target = row["challenge_target"]
     index = next(
-        (
-            int(g.get("index", 0))
-            for g in (node.gpus if node else [])
-            if g.get("uuid") == row.target
-        ),
+        (int(g.get("index", 0)) for g in row["node_gpus"] or [] if g.get("uuid") == target),
         None,
     )
+    params = row["challenge_params"]
     return ChallengeOrder(
-        id=row.id,
-        kind=ChallengeKind(row.params["kind"]),
-        target=row.target,
+        id=row["challenge_id"],
+        kind=ChallengeKind(params["kind"]),
+        target=target,
         gpu_index=index,
-        claimed_model=row.claimed_model,
-        params=verdicts.params_of(row),
-    )
-
-
-@functools.cache
-def _issued() -> Select[ChallengeRow]:
-    """The oldest challenge `:waiting_node` has yet to start; built once (every heartbeat
-    asks)."""
-    return (
-        select(ChallengeRow)
-        .where(
-            ChallengeRow.node_id == bindparam("waiting_node"),
-            ChallengeRow.status == ChallengeStatus.ISSUED,
-        )
-        .order_by(ChallengeRow.issued_at)
-        .limit(1)
+        claimed_model=row["challenge_model"],
+        params=ChallengeParams.model_validate(params),
     )
 
 

@@ -11,17 +11,20 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.driver_sql import DriverTx, Sql, sql_list
-from gpu_share.coordinator.core.errors import Conflict
+from gpu_share.coordinator.core.errors import Conflict, NotFound
 from gpu_share.coordinator.core.orm import InvokeLogRow, InvokeRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
 from gpu_share.coordinator.services.nodes import nodes, presence
+from gpu_share.coordinator.services.trust import challenges
 from gpu_share.coordinator.services.work import invoke_state
 from gpu_share.coordinator.services.work.invoke_state import Lease
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import InvokeStatus
+from gpu_share.protocol.trust import ChallengeOrder, ChallengeStatus
 
 
 def _stale(invoke_id: str) -> Conflict:
@@ -67,24 +70,73 @@ _PREEMPTED = Sql(
 """A held lease whose job is told to stop for a preemption, with its unmoved deadline."""
 
 
+@dataclass(frozen=True)
+class _Seen:
+    run_benchmark: bool
+    challenge: ChallengeOrder | None
+
+
+_SEEN_POSTGRES = Sql(
+    "WITH seen AS ("  # noqa: S608 (the columns: the code's constants)
+    "UPDATE nodes SET last_seen_at = :at, telemetry = :telemetry::json WHERE id = :node"
+    " RETURNING id, benchmark_requested_at, gpus"
+    "), sample AS ("
+    "INSERT INTO telemetry_samples (node_id, at, telemetry)"
+    " SELECT id, :at::timestamptz, :telemetry::json FROM seen"
+    "), presence AS ("
+    "INSERT INTO node_presence (node_id, bucket_start, beats)"
+    " SELECT id, :bucket::timestamptz, 1 FROM seen"
+    " ON CONFLICT (node_id, bucket_start) DO UPDATE SET beats = node_presence.beats + 1"
+    f") SELECT seen.benchmark_requested_at, {challenges.WAITING_COLUMNS},"
+    " CASE WHEN c.id IS NULL THEN NULL ELSE seen.gpus END AS node_gpus"
+    " FROM seen LEFT JOIN LATERAL ("
+    "SELECT * FROM challenges WHERE node_id = :node AND status = :issued"
+    " ORDER BY issued_at LIMIT 1) c ON true",
+    jsons=("telemetry", *challenges.WAITING_JSONS),
+)
+"""On PostgreSQL, what `nodes.record_beat`, `presence.record_beat` and
+`challenges.waiting` do, in one statement (atomic by itself: one round trip, no BEGIN
+or COMMIT). An unknown node touches nothing and returns no row."""
+
+
+async def _mark_seen(tx: DriverTx, node_id: str, beat: wire.Heartbeat, now: datetime) -> _Seen:
+    if tx.dialect == "postgresql":
+        row = await tx.fetchrow(
+            _SEEN_POSTGRES,
+            node=node_id,
+            at=now,
+            telemetry=beat.telemetry.model_dump(),
+            bucket=presence.bucket_of(now),
+            issued=ChallengeStatus.ISSUED.value,
+        )
+        if row is None:
+            raise NotFound(f"node {node_id} does not exist")
+        return _Seen(row["benchmark_requested_at"] is not None, challenges.order_of(row))
+    run_benchmark = await nodes.record_beat(tx, node_id, beat.telemetry, now)
+    await presence.record_beat(tx, node_id, now)
+    return _Seen(run_benchmark, await challenges.waiting(tx, node_id))
+
+
 async def heartbeat(
-    tx: DriverTx,
+    db: Database,
     node_id: str,
     beat: wire.Heartbeat,
     now: datetime,
     settings: Settings,
 ) -> wire.HeartbeatAck:
     """The node is seen, and each lease it holds is kept or told to stop. Every node sends
-    this every few seconds, so it runs on the driver (`driver_sql`): an idle node's beat is
-    three statements, and each running job adds one (two when it is not kept)."""
-    run_benchmark = await nodes.record_beat(tx, node_id, beat.telemetry, now)
-    await presence.record_beat(tx, node_id, now)
+    this every few seconds, so it runs on the driver (`driver_sql`): on PostgreSQL an idle
+    node's beat is one statement, and each running job adds one (two when it is not kept)
+    in one transaction."""
     expires = now + timedelta(seconds=settings.lease_ttl_sec)
-    statuses = [await _keep(tx, running, node_id, expires) for running in beat.running]
+    async with db.driver_write(one_statement=not beat.running) as tx:
+        seen = await _mark_seen(tx, node_id, beat, now)
+        statuses = [await _keep(tx, running, node_id, expires) for running in beat.running]
     return wire.HeartbeatAck(
         leases=statuses,
         heartbeat_interval_sec=settings.heartbeat_interval_sec,
-        run_benchmark=run_benchmark,
+        run_benchmark=seen.run_benchmark,
+        challenge=seen.challenge,
     )
 
 
