@@ -6,8 +6,10 @@ server` processes on two scratch PostgreSQL databases: "ours" from this tree, "b
 from `--before DIR` (e.g. the committed code: `git archive HEAD src | tar -x -C
 /tmp/before`). In rounds whose order turns, each gets 1,000 heartbeats from an idle
 node, 1,000 from a node holding one running lease, and 1,000 requests that touch no
-database (a 404 under /v1/: what any request costs the server). Printed: the server
-CPU per request in each round, and the median over the rounds of ours ÷ before.
+database (a 404 under /v1/: what any request costs the server). No hardware challenge
+is issued unless `--challenges` (then one waits in every beat's answer, as for a node that
+never starts it). Printed: the server CPU per request in each round, and the median
+over the rounds of ours ÷ before.
 
 Run: .venv/bin/python bench/heartbeat.py --before /tmp/before/src [--rounds 5] [--beats 1000]
 """
@@ -47,7 +49,7 @@ class Side:
 
 
 def start_server(
-    port: int, url: str, data: Path, admin_key: str, src: str | None
+    port: int, url: str, data: Path, admin_key: str, src: str | None, *, challenges: bool
 ) -> subprocess.Popen:  # type: ignore[type-arg]
     env = {
         **os.environ,
@@ -57,6 +59,10 @@ def start_server(
         # The lease must outlive the rounds: the busy node's job is never reported.
         "GPUSHARE_LEASE_TTL_SEC": "3600",
     }
+    if not challenges:
+        # A node that answered its challenges has none waiting. These nodes never answer
+        # one, so from the first issue (30 s in) every beat would carry it.
+        env["GPUSHARE_CHALLENGE_INTERVAL_SEC"] = "86400"
     if src is not None:
         env["PYTHONPATH"] = src
     command = [sys.executable, "-m", "gpu_share.cli.main", "server", "--port", str(port)]
@@ -120,6 +126,11 @@ async def main() -> None:
     parser.add_argument("--before", required=True, help="a source tree's src folder")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--beats", type=int, default=1000)
+    parser.add_argument(
+        "--challenges",
+        action="store_true",
+        help="issue hardware challenges (never answered: each beat then carries one)",
+    )
     args = parser.parse_args()
 
     admin_key = "gpu_admin_" + secrets.token_urlsafe(24)
@@ -132,7 +143,9 @@ async def main() -> None:
                 (("ours", None), ("before", args.before)), urls, strict=True
             ):
                 port = free_port()
-                server = start_server(port, url, Path(tmp) / name, admin_key, src)
+                server = start_server(
+                    port, url, Path(tmp) / name, admin_key, src, challenges=args.challenges
+                )
                 servers.append(server)
                 sides.append(Side(name, f"http://127.0.0.1:{port}", psutil.Process(server.pid)))
             for side in sides:

@@ -28,6 +28,7 @@ from sqlalchemy.pool import NullPool
 from gpu_share.coordinator.core.driver_sql import (
     DriverTx,
     PostgresTx,
+    SqliteTx,
     postgres_transaction,
     sqlite_transaction,
 )
@@ -104,6 +105,15 @@ class Database:
                 postgres_transaction(await _driver_connection(connection)) as tx,
             ):
                 yield tx
+
+    @asynccontextmanager
+    async def driver_read(self) -> AsyncIterator[DriverTx]:
+        """The driver's connection with no transaction: each statement reads on its own
+        (for a read that needs no consistency across statements). Takes no write turn on
+        SQLite."""
+        async with self.engine.connect() as connection:
+            driver = await _driver_connection(connection)
+            yield SqliteTx(driver) if self.is_sqlite else PostgresTx(driver)
 
     async def ping(self) -> bool:
         try:

@@ -45,8 +45,7 @@ async def principal_for_key(replica: Replica, key: str, client: str) -> Principa
     principal = replica.key_cache.get(key_hash)
     if principal is None:
         try:
-            async with replica.db.read() as session:
-                principal = await authenticate(session, key)
+            principal = await authenticate(replica.db, key)
         except Unauthorized:
             await _count_failure(replica, client)
             raise

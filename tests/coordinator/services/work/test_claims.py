@@ -10,6 +10,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from gpu_share.coordinator.core import metrics
 from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
@@ -241,3 +242,32 @@ async def test_a_long_poll_returns_as_soon_as_work_is_queued(
     # Far below the 25 s wait: only a wake-up can answer this fast.
     jobs = await asyncio.wait_for(waiting, timeout=10)
     assert [j.invoke_id for j in jobs] == [invoke_id]
+
+
+def _claims_made() -> float:
+    return metrics.EVENTS.get_sample_value("gpushare_claim_seconds_count") or 0.0
+
+
+async def test_an_idle_long_poll_claims_once_then_rechecks_with_a_read(
+    app: FastAPI, sim_agent: AgentFactory
+) -> None:
+    # Back from `max_wait` with no wake-up and nothing queued anywhere, a poll reads
+    # whether anything is queued instead of claiming again (an idle fleet's cost).
+    agent = await sim_agent()
+    app.state.replica.notifier.max_wait = 0.05
+    before = _claims_made()
+    assert await agent.lease(wait=0.5) == []
+    assert _claims_made() - before == 1
+
+
+async def test_a_long_poll_claims_again_while_work_it_cannot_take_is_queued(
+    app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    # Queued work may become this node's with no wake-up (a rival's grace runs out, a
+    # reservation window opens), so while anything is queued each `max_wait` claims.
+    agent = await sim_agent(inventory(runtimes=[RuntimeName.ONNX_CUDA], gpus=[H100]))
+    await submit(client, tenant, {**HELLO_WORLD, "runtime": "onnx_cuda"})
+    app.state.replica.notifier.max_wait = 0.05
+    before = _claims_made()
+    assert await agent.lease(wait=0.5, free_gpus=0) == []  # its one GPU is busy
+    assert _claims_made() - before >= 4

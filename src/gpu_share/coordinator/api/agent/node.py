@@ -89,23 +89,27 @@ async def lease(
     ctx = lease_context(replica, request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(body.wait_sec, replica.settings.max_lease_wait_sec)
+    woken = True  # the first claim always runs: it marks the node as waiting
     while True:
         version = replica.notifier.version(Channel.WORK)
         now = replica.clock.now()
         remaining = deadline - loop.time()
-        async with replica.claim_gate, replica.db.write() as session:
-            jobs = await claims.claim(
-                session,
-                caller.node_id,
-                body,
-                now,
-                ctx,
-                polling_until=now + timedelta(seconds=max(remaining, 0)) if remaining > 0 else None,
-            )
+        if woken or await claims.anything_queued(replica.db):
+            async with replica.claim_gate, replica.db.write() as session:
+                until = now + timedelta(seconds=remaining) if remaining > 0 else None
+                jobs = await claims.claim(
+                    session, caller.node_id, body, now, ctx, polling_until=until
+                )
+        else:
+            # Back from `max_wait` with no wake-up and nothing queued anywhere: a claim
+            # would find nothing, and the first claim's mark (waiting until the deadline)
+            # stands. An idle fleet's polls cost one read each `max_wait`, not a claim.
+            jobs = []
         remaining = deadline - loop.time()
         if jobs or remaining <= 0 or replica.notifier.closed:
             return wire.LeaseResponse(jobs=jobs)
         await replica.notifier.wait(Channel.WORK, version, remaining)
+        woken = replica.notifier.version(Channel.WORK) != version
 
 
 @router.post("/invokes/{invoke_id}/start", status_code=204, responses=errors(*AUTH, 409))

@@ -1,13 +1,16 @@
 """Tenants, their keys and the admin key (tenants apply in `tenant_applications`)."""
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import keys
-from gpu_share.coordinator.core.db import one_at_a_time
+from gpu_share.coordinator.core.db import Database, one_at_a_time
+from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.errors import Conflict, NotFound, Unauthorized, ValidationFailed
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import ApiKeyRow, TenantRow
@@ -24,15 +27,52 @@ from gpu_share.protocol import accounts as wire
 log = logging.getLogger(__name__)
 
 
-async def authenticate(session: AsyncSession, key: str) -> Principal:
-    row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.key_hash == keys.hash_key(key)))
-    principal = principal_of(row) if row is not None and row.revoked_at is None else None
+class KeyOwners(Protocol):
+    """A key's id, role and owners: an `ApiKeyRow`, or `_Key` read on the driver."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def tenant_id(self) -> str | None: ...
+    @property
+    def provider_id(self) -> str | None: ...
+    @property
+    def node_id(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class _Key:
+    id: str
+    role: str
+    tenant_id: str | None
+    provider_id: str | None
+    node_id: str | None
+
+
+_KEY_IN_FORCE = Sql(
+    "SELECT id, role, tenant_id, provider_id, node_id FROM api_keys"
+    " WHERE key_hash = :key_hash AND revoked_at IS NULL"
+)
+
+
+async def authenticate(db: Database, key: str) -> Principal:
+    """The principal of a key in force. Every request whose key the replica's cache lacks
+    runs this — each agent's about once a `key_cache_ttl_sec`, which is its heartbeat
+    interval — so it is one statement on the driver (`driver_sql`)."""
+    async with db.driver_read() as tx:
+        row = await tx.fetchrow(_KEY_IN_FORCE, key_hash=keys.hash_key(key))
+    principal = None
+    if row is not None:
+        owners = (row["tenant_id"], row["provider_id"], row["node_id"])
+        principal = principal_of(_Key(row["id"], row["role"], *owners))
     if principal is None:
         raise Unauthorized("API key is unknown or revoked; ask an admin for a new one")
     return principal
 
 
-def principal_of(row: ApiKeyRow) -> Principal | None:
+def principal_of(row: KeyOwners) -> Principal | None:
     """The key's typed principal; None for a row missing the owner its role needs."""
     match wire.Role(row.role):
         case wire.Role.TENANT if row.tenant_id:

@@ -17,6 +17,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import metrics
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.errors import NotFound
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow
 from gpu_share.coordinator.services.nodes.placement import (
@@ -48,6 +50,18 @@ SEEN_RESOLUTION = timedelta(seconds=1)
 """A claim marks its node seen (as a heartbeat does) only when the mark is this old: a
 busy agent claims many times a second, and presence is judged in tens of seconds
 (`node_offline_after_sec`), so one write a second tells all the others would."""
+
+
+_ANY_QUEUED = Sql("SELECT 1 AS queued FROM invokes WHERE status = :queued LIMIT 1")
+
+
+async def anything_queued(db: Database) -> bool:
+    """Whether any invoke waits at all: every lease takes a queued invoke (fair-share
+    candidates, reservation work, work placed for a preemption, spot checks alike), so
+    without one a claim can only find nothing. One indexed read on the driver
+    (`driver_sql`), for the long-polls that re-check on their own (`notify.max_wait`)."""
+    async with db.driver_read() as tx:
+        return await tx.fetchrow(_ANY_QUEUED, queued=InvokeStatus.QUEUED.value) is not None
 
 
 async def claim(
