@@ -208,7 +208,7 @@ class CoordinatorClient:
             "/v1/agent/lease",
             wire.LeaseResponse,
             json=request.model_dump(mode="json"),
-            timeout=request.wait_sec + 15.0,
+            timeout=request.wait_sec + wire.LEASE_ANSWER_SLACK_SEC,
         )
         assert response is not None
         return response

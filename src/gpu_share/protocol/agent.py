@@ -36,6 +36,8 @@ from gpu_share.protocol.trust import ChallengeOrder
 LEASE_TOKEN_HEADER = "X-Lease-Token"  # noqa: S105 (a header name)
 GpuIndex = Annotated[int, Field(ge=0, le=MAX_GPUS)]  # a GPU's NVML index on its node
 FINGERPRINT_PATTERN = "^[0-9a-f]{64}$"
+LEASE_ANSWER_SLACK_SEC = 15.0
+"""An agent waits for a lease's answer `wait_sec` plus this, then gives up on it."""
 
 
 class NodeInventory(BaseModel):

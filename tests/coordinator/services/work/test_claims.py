@@ -10,6 +10,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from gpu_share.coordinator.api.agent import node as agent_node
 from gpu_share.coordinator.core import metrics
 from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.protocol.runtimes import RuntimeName
@@ -271,3 +272,26 @@ async def test_a_long_poll_claims_again_while_work_it_cannot_take_is_queued(
     before = _claims_made()
     assert await agent.lease(wait=0.5, free_gpus=0) == []  # its one GPU is busy
     assert _claims_made() - before >= 4
+
+
+async def test_a_claim_whose_turn_comes_after_the_agent_gave_up_leases_nothing(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Claims queue for the gate under load; one that could only start well past its
+    # poll's wait is skipped, or the job would wait on an agent that stopped listening.
+    monkeypatch.setattr(agent_node, "LATE_CLAIM_SEC", 0.2)
+    agent = await sim_agent()
+    invoke_id = await submit(client, tenant, CPU_HELLO)
+    gate = app.state.replica.claim_gate
+    held = [await gate.acquire() for _ in range(app.state.replica.settings.claims_at_once)]
+    polling = asyncio.create_task(agent.lease(wait=0))
+    await asyncio.sleep(0.5)  # all claims busy, past the poll's deadline and the slack
+    for _ in held:
+        gate.release()
+    assert await polling == []
+    assert (await status_of(client, tenant, invoke_id))["status"] == "queued"
+    assert [j.invoke_id for j in await agent.lease(wait=0)] == [invoke_id]

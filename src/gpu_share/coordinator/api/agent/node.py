@@ -23,6 +23,9 @@ from gpu_share.protocol.artifacts import ArtifactKind
 from gpu_share.protocol.common import Sha256Hex
 
 router = APIRouter(prefix="/v1/agent", tags=["agent"])
+LATE_CLAIM_SEC = wire.LEASE_ANSWER_SLACK_SEC / 3
+"""A lease whose claim could only start this long past its wait answers empty: well
+before the agent stops waiting for the answer (`LEASE_ANSWER_SLACK_SEC`)."""
 # A dependency, so a request without the token is refused before its body is validated.
 EnrollmentToken = Annotated[str, Depends(bearer_key)]
 
@@ -95,11 +98,17 @@ async def lease(
         now = replica.clock.now()
         remaining = deadline - loop.time()
         if woken or await claims.anything_queued(replica.db):
-            async with replica.claim_gate, replica.db.write() as session:
+            async with replica.claim_gate:
+                if loop.time() > deadline + LATE_CLAIM_SEC:
+                    # Its turn came too late (claims queue under load): the agent may have
+                    # given up on this answer, and work leased to it would wait for its
+                    # lease to run out. It asks again.
+                    return wire.LeaseResponse(jobs=[])
                 until = now + timedelta(seconds=remaining) if remaining > 0 else None
-                jobs = await claims.claim(
-                    session, caller.node_id, body, now, ctx, polling_until=until
-                )
+                async with replica.db.write() as session:
+                    jobs = await claims.claim(
+                        session, caller.node_id, body, now, ctx, polling_until=until
+                    )
         else:
             # Back from `max_wait` with no wake-up and nothing queued anywhere: a claim
             # would find nothing, and the first claim's mark (waiting until the deadline)
