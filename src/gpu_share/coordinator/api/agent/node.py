@@ -16,6 +16,7 @@ from gpu_share.coordinator.replica.notify import Channel
 from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.nodes import nodes
 from gpu_share.coordinator.services.providers import enrollment
+from gpu_share.coordinator.services.trust import challenges
 from gpu_share.coordinator.services.work import claims, job_files, leases, preemption
 from gpu_share.coordinator.services.work.invoke_state import Lease
 from gpu_share.protocol import agent as wire
@@ -79,9 +80,12 @@ async def update_inventory(
 async def heartbeat(
     body: wire.Heartbeat, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.HeartbeatAck:
-    return await leases.heartbeat(
+    beat = await leases.heartbeat(
         replica.db, caller.node_id, body, replica.clock.now(), replica.settings
     )
+    if beat.challenge_waiting:
+        beat.ack.challenge = await challenges.waiting(replica.db, caller.node_id)
+    return beat.ack
 
 
 @router.post("/lease", response_model=wire.LeaseResponse, responses=errors(*AUTH, 422))

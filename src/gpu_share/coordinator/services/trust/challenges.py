@@ -20,7 +20,8 @@ from sqlalchemy import desc, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.challenge import sizing
-from gpu_share.coordinator.core.driver_sql import DriverTx, Row, Sql
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.driver_sql import Row, Sql
 from gpu_share.coordinator.core.errors import Conflict, NotFound, field_error
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import ChallengeRow, NodeRow
@@ -144,34 +145,26 @@ async def issue_due(
     return None
 
 
-WAITING_COLUMNS = (
-    "c.id AS challenge_id, c.target AS challenge_target,"
-    " c.claimed_model AS challenge_model, c.params AS challenge_params"
-)
-"""What a challenge order is made of (`order_of`), from `challenges c`."""
-WAITING_JSONS = ("challenge_params", "node_gpus")
-
 _WAITING = Sql(
-    f"SELECT {WAITING_COLUMNS}, n.gpus AS node_gpus"  # noqa: S608 (the code's constants)
+    "SELECT c.id AS challenge_id, c.target AS challenge_target,"
+    " c.claimed_model AS challenge_model, c.params AS challenge_params, n.gpus AS node_gpus"
     " FROM challenges c JOIN nodes n ON n.id = c.node_id"
     " WHERE c.node_id = :node AND c.status = :issued ORDER BY c.issued_at LIMIT 1",
-    jsons=WAITING_JSONS,
+    jsons=("challenge_params", "node_gpus"),
 )
 
 
-async def waiting(tx: DriverTx, node_id: str) -> ChallengeOrder | None:
-    """What the heartbeat answer tells the node: the challenge it has yet to start. Every
-    heartbeat asks, so it is a driver statement (`driver_sql`); on PostgreSQL the
-    heartbeat's own statement reads it (`leases`), with the same columns."""
-    row = await tx.fetchrow(_WAITING, node=node_id, issued=ChallengeStatus.ISSUED.value)
+async def waiting(db: Database, node_id: str) -> ChallengeOrder | None:
+    """What the heartbeat answer tells the node: the challenge it has yet to start. Asked
+    on every heartbeat that finds one waiting (`leases.heartbeat` says so), so it is one
+    statement on the driver (`driver_sql`)."""
+    async with db.driver_read() as tx:
+        row = await tx.fetchrow(_WAITING, node=node_id, issued=ChallengeStatus.ISSUED.value)
     return None if row is None else order_of(row)
 
 
-def order_of(row: Row) -> ChallengeOrder | None:
-    """The order in a row of `WAITING_COLUMNS` and the node's `node_gpus`; None when the row
-    names no challenge (an outer join that found none)."""
-    if row["challenge_id"] is None:
-        return None
+def order_of(row: Row) -> ChallengeOrder:
+    """The order in a row of `_WAITING`."""
     target = row["challenge_target"]
     index = next(
         (int(g.get("index", 0)) for g in row["node_gpus"] or [] if g.get("uuid") == target),

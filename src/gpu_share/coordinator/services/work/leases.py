@@ -18,13 +18,12 @@ from gpu_share.coordinator.core.orm import InvokeLogRow, InvokeRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
 from gpu_share.coordinator.services.nodes import nodes, presence
-from gpu_share.coordinator.services.trust import challenges
 from gpu_share.coordinator.services.work import invoke_state
 from gpu_share.coordinator.services.work.invoke_state import Lease
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import InvokeStatus
-from gpu_share.protocol.trust import ChallengeOrder, ChallengeStatus
+from gpu_share.protocol.trust import ChallengeStatus
 
 
 def _stale(invoke_id: str) -> Conflict:
@@ -70,16 +69,19 @@ _PREEMPTED = Sql(
 """A held lease whose job is told to stop for a preemption, with its unmoved deadline."""
 
 
-@dataclass(frozen=True)
-class _Seen:
-    run_benchmark: bool
-    challenge: ChallengeOrder | None
+@dataclass
+class Beat:
+    """A heartbeat's answer, and whether a hardware challenge waits for the node (the
+    caller reads it from `trust.challenges`: work does not import trust)."""
+
+    ack: wire.HeartbeatAck
+    challenge_waiting: bool
 
 
 _SEEN_POSTGRES = Sql(
-    "WITH seen AS ("  # noqa: S608 (the columns: the code's constants)
+    "WITH seen AS ("
     "UPDATE nodes SET last_seen_at = :at, telemetry = :telemetry::json WHERE id = :node"
-    " RETURNING id, benchmark_requested_at, gpus"
+    " RETURNING id, benchmark_requested_at"
     "), sample AS ("
     "INSERT INTO telemetry_samples (node_id, at, telemetry)"
     " SELECT id, :at::timestamptz, :telemetry::json FROM seen"
@@ -87,19 +89,25 @@ _SEEN_POSTGRES = Sql(
     "INSERT INTO node_presence (node_id, bucket_start, beats)"
     " SELECT id, :bucket::timestamptz, 1 FROM seen"
     " ON CONFLICT (node_id, bucket_start) DO UPDATE SET beats = node_presence.beats + 1"
-    f") SELECT seen.benchmark_requested_at, {challenges.WAITING_COLUMNS},"
-    " CASE WHEN c.id IS NULL THEN NULL ELSE seen.gpus END AS node_gpus"
-    " FROM seen LEFT JOIN LATERAL ("
-    "SELECT * FROM challenges WHERE node_id = :node AND status = :issued"
-    " ORDER BY issued_at LIMIT 1) c ON true",
-    jsons=("telemetry", *challenges.WAITING_JSONS),
+    ") SELECT benchmark_requested_at, EXISTS ("
+    "SELECT 1 FROM challenges WHERE node_id = :node AND status = :issued"
+    ") AS challenged FROM seen",
+    jsons=("telemetry",),
 )
-"""On PostgreSQL, what `nodes.record_beat`, `presence.record_beat` and
-`challenges.waiting` do, in one statement (atomic by itself: one round trip, no BEGIN
-or COMMIT). An unknown node touches nothing and returns no row."""
+"""On PostgreSQL, what `nodes.record_beat`, `presence.record_beat` and `_CHALLENGED` do,
+in one statement (atomic by itself: one round trip, no BEGIN or COMMIT). An unknown
+node touches nothing and returns no row."""
+
+_CHALLENGED = Sql(
+    "SELECT 1 AS challenged FROM challenges WHERE node_id = :node AND status = :issued LIMIT 1"
+)
 
 
-async def _mark_seen(tx: DriverTx, node_id: str, beat: wire.Heartbeat, now: datetime) -> _Seen:
+async def _mark_seen(
+    tx: DriverTx, node_id: str, beat: wire.Heartbeat, now: datetime
+) -> tuple[bool, bool]:
+    """Whether the node is asked to benchmark itself, and whether a challenge waits."""
+    issued = ChallengeStatus.ISSUED.value
     if tx.dialect == "postgresql":
         row = await tx.fetchrow(
             _SEEN_POSTGRES,
@@ -107,14 +115,15 @@ async def _mark_seen(tx: DriverTx, node_id: str, beat: wire.Heartbeat, now: date
             at=now,
             telemetry=beat.telemetry.model_dump(),
             bucket=presence.bucket_of(now),
-            issued=ChallengeStatus.ISSUED.value,
+            issued=issued,
         )
         if row is None:
             raise NotFound(f"node {node_id} does not exist")
-        return _Seen(row["benchmark_requested_at"] is not None, challenges.order_of(row))
+        return row["benchmark_requested_at"] is not None, row["challenged"]
     run_benchmark = await nodes.record_beat(tx, node_id, beat.telemetry, now)
     await presence.record_beat(tx, node_id, now)
-    return _Seen(run_benchmark, await challenges.waiting(tx, node_id))
+    challenged = await tx.fetchrow(_CHALLENGED, node=node_id, issued=issued) is not None
+    return run_benchmark, challenged
 
 
 async def heartbeat(
@@ -123,21 +132,21 @@ async def heartbeat(
     beat: wire.Heartbeat,
     now: datetime,
     settings: Settings,
-) -> wire.HeartbeatAck:
+) -> Beat:
     """The node is seen, and each lease it holds is kept or told to stop. Every node sends
     this every few seconds, so it runs on the driver (`driver_sql`): on PostgreSQL an idle
     node's beat is one statement, and each running job adds one (two when it is not kept)
     in one transaction."""
     expires = now + timedelta(seconds=settings.lease_ttl_sec)
     async with db.driver_write(one_statement=not beat.running) as tx:
-        seen = await _mark_seen(tx, node_id, beat, now)
+        run_benchmark, challenged = await _mark_seen(tx, node_id, beat, now)
         statuses = [await _keep(tx, running, node_id, expires) for running in beat.running]
-    return wire.HeartbeatAck(
+    ack = wire.HeartbeatAck(
         leases=statuses,
         heartbeat_interval_sec=settings.heartbeat_interval_sec,
-        run_benchmark=seen.run_benchmark,
-        challenge=seen.challenge,
+        run_benchmark=run_benchmark,
     )
+    return Beat(ack, challenge_waiting=challenged)
 
 
 async def _keep(
