@@ -81,7 +81,8 @@ class Row(Protocol):
 
 
 class DriverTx(Protocol):
-    """One write transaction on the driver's connection (`Database.driver_write`)."""
+    """Statements on the driver's connection: one write transaction
+    (`Database.driver_write`), or reads each on its own (`Database.driver_read`)."""
 
     dialect: str
     """"postgresql" or "sqlite": where a statement has a form for each."""

@@ -3,7 +3,6 @@
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -27,23 +26,11 @@ from gpu_share.protocol import accounts as wire
 log = logging.getLogger(__name__)
 
 
-class KeyOwners(Protocol):
-    """A key's id, role and owners: an `ApiKeyRow`, or `_Key` read on the driver."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def role(self) -> str: ...
-    @property
-    def tenant_id(self) -> str | None: ...
-    @property
-    def provider_id(self) -> str | None: ...
-    @property
-    def node_id(self) -> str | None: ...
-
-
 @dataclass(frozen=True)
 class _Key:
+    """A key's id, role and owners as read on the driver (what `principal_of` reads of an
+    `ApiKeyRow`)."""
+
     id: str
     role: str
     tenant_id: str | None
@@ -72,7 +59,7 @@ async def authenticate(db: Database, key: str) -> Principal:
     return principal
 
 
-def principal_of(row: KeyOwners) -> Principal | None:
+def principal_of(row: ApiKeyRow | _Key) -> Principal | None:
     """The key's typed principal; None for a row missing the owner its role needs."""
     match wire.Role(row.role):
         case wire.Role.TENANT if row.tenant_id:

@@ -69,7 +69,7 @@ _PREEMPTED = Sql(
 """A held lease whose job is told to stop for a preemption, with its unmoved deadline."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Beat:
     """A heartbeat's answer, and whether a hardware challenge waits for the node (the
     caller reads it from `trust.challenges`: work does not import trust)."""
