@@ -33,6 +33,11 @@ def stack(postgres_database: str, tmp_path: Path) -> Iterator[LiveStack]:
     tables = [table.name for table in Base.metadata.sorted_tables]
     asyncio.run(truncate_all(postgres_database, tables))
     with LiveStack(tmp_path, database_url=postgres_database, workers=3) as started:
+        # /health answers once the first worker is up; the others may still be starting.
+        deadline = time.monotonic() + 60
+        while len(asyncio.run(_relays(postgres_database))[0]) < 3:
+            assert time.monotonic() < deadline, f"3 workers did not register:\n{started.logs}"
+            time.sleep(0.1)
         yield started
 
 
