@@ -1,7 +1,7 @@
 """Claims (SPEC §4.1; `services/work/claims.py`): which queued invokes a node gets. One
 node only, even under contention; only work it can serve, within its slots and the GPU
 memory sessions leave; on-demand before spot; tenants in turn; a better-ranked node
-waiting in its long-poll first; and a long-poll woken as soon as work is queued."""
+waiting in its long-poll first (the long-poll itself: `test_lease_polls.py`)."""
 
 import asyncio
 from datetime import timedelta
@@ -10,8 +10,6 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from gpu_share.coordinator.api.agent import node as agent_node
-from gpu_share.coordinator.core import metrics
 from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
@@ -230,68 +228,3 @@ async def test_a_job_a_better_node_left_goes_to_anyone_after_the_grace(
     assert await plain.lease() == []
     clock.advance(3)
     assert [j.invoke_id for j in await plain.lease()] == [job_id]
-
-
-async def test_a_long_poll_returns_as_soon_as_work_is_queued(
-    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
-) -> None:
-    agent = await sim_agent()
-    waiting = asyncio.create_task(agent.lease(wait=25))
-    await asyncio.sleep(0.2)
-    assert not waiting.done()
-    invoke_id = await submit(client, tenant)
-    # Far below the 25 s wait: only a wake-up can answer this fast.
-    jobs = await asyncio.wait_for(waiting, timeout=10)
-    assert [j.invoke_id for j in jobs] == [invoke_id]
-
-
-def _claims_made() -> float:
-    return metrics.EVENTS.get_sample_value("gpushare_claim_seconds_count") or 0.0
-
-
-async def test_an_idle_long_poll_claims_once_then_rechecks_with_a_read(
-    app: FastAPI, sim_agent: AgentFactory
-) -> None:
-    # Back from `max_wait` with no wake-up and nothing queued anywhere, a poll reads
-    # whether anything is queued instead of claiming again (an idle fleet's cost).
-    agent = await sim_agent()
-    app.state.replica.notifier.max_wait = 0.05
-    before = _claims_made()
-    assert await agent.lease(wait=0.5) == []
-    assert _claims_made() - before == 1
-
-
-async def test_a_long_poll_claims_again_while_work_it_cannot_take_is_queued(
-    app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
-) -> None:
-    # Queued work may become this node's with no wake-up (a rival's grace runs out, a
-    # reservation window opens), so while anything is queued each `max_wait` claims.
-    agent = await sim_agent(inventory(runtimes=[RuntimeName.ONNX_CUDA], gpus=[H100]))
-    await submit(client, tenant, {**HELLO_WORLD, "runtime": "onnx_cuda"})
-    app.state.replica.notifier.max_wait = 0.05
-    before = _claims_made()
-    assert await agent.lease(wait=0.5, free_gpus=0) == []  # its one GPU is busy
-    assert _claims_made() - before >= 4
-
-
-async def test_a_claim_whose_turn_comes_after_the_agent_gave_up_leases_nothing(
-    app: FastAPI,
-    client: httpx.AsyncClient,
-    tenant: TenantHandle,
-    sim_agent: AgentFactory,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Claims queue for the gate under load; one that could only start well past its
-    # poll's wait is skipped, or the job would wait on an agent that stopped listening.
-    monkeypatch.setattr(agent_node, "LATE_CLAIM_SEC", 0.2)
-    agent = await sim_agent()
-    invoke_id = await submit(client, tenant, CPU_HELLO)
-    gate = app.state.replica.claim_gate
-    held = [await gate.acquire() for _ in range(app.state.replica.settings.claims_at_once)]
-    polling = asyncio.create_task(agent.lease(wait=0))
-    await asyncio.sleep(0.5)  # all claims busy, past the poll's deadline and the slack
-    for _ in held:
-        gate.release()
-    assert await polling == []
-    assert (await status_of(client, tenant, invoke_id))["status"] == "queued"
-    assert [j.invoke_id for j in await agent.lease(wait=0)] == [invoke_id]

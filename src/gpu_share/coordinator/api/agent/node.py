@@ -1,7 +1,5 @@
 """The agent protocol (see `gpu_share.protocol.agent`); the rules live in services."""
 
-import asyncio
-from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request
@@ -17,16 +15,13 @@ from gpu_share.coordinator.replica.state import Replica
 from gpu_share.coordinator.services.nodes import nodes
 from gpu_share.coordinator.services.providers import enrollment
 from gpu_share.coordinator.services.trust import challenges
-from gpu_share.coordinator.services.work import claims, job_files, leases, preemption
+from gpu_share.coordinator.services.work import claims, job_files, lease_polls, leases, preemption
 from gpu_share.coordinator.services.work.invoke_state import Lease
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.artifacts import ArtifactKind
 from gpu_share.protocol.common import Sha256Hex
 
 router = APIRouter(prefix="/v1/agent", tags=["agent"])
-LATE_CLAIM_SEC = wire.LEASE_ANSWER_SLACK_SEC / 3
-"""A lease whose claim could only start this long past its wait answers empty: well
-before the agent stops waiting for the answer (`LEASE_ANSWER_SLACK_SEC`)."""
 # A dependency, so a request without the token is refused before its body is validated.
 EnrollmentToken = Annotated[str, Depends(bearer_key)]
 
@@ -93,36 +88,17 @@ async def lease(
     body: wire.LeaseRequest, request: Request, caller: NodePrincipal, replica: ReplicaDep
 ) -> wire.LeaseResponse:
     """Long-poll: answers as soon as work is queued for this node, or empty after `wait_sec`."""
-    ctx = lease_context(replica, request)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(body.wait_sec, replica.settings.max_lease_wait_sec)
-    woken = True  # the first claim always runs: it marks the node as waiting
-    while True:
-        version = replica.notifier.version(Channel.WORK)
-        now = replica.clock.now()
-        remaining = deadline - loop.time()
-        if woken or await claims.anything_queued(replica.db):
-            async with replica.claim_gate:
-                if loop.time() > deadline + LATE_CLAIM_SEC:
-                    # Its turn came too late (claims queue under load): the agent may have
-                    # given up on this answer, and work leased to it would wait for its
-                    # lease to run out. It asks again.
-                    return wire.LeaseResponse(jobs=[])
-                until = now + timedelta(seconds=remaining) if remaining > 0 else None
-                async with replica.db.write() as session:
-                    jobs = await claims.claim(
-                        session, caller.node_id, body, now, ctx, polling_until=until
-                    )
-        else:
-            # Back from `max_wait` with no wake-up and nothing queued anywhere: a claim
-            # would find nothing, and the first claim's mark (waiting until the deadline)
-            # stands. An idle fleet's polls cost one read each `max_wait`, not a claim.
-            jobs = []
-        remaining = deadline - loop.time()
-        if jobs or remaining <= 0 or replica.notifier.closed:
-            return wire.LeaseResponse(jobs=jobs)
-        await replica.notifier.wait(Channel.WORK, version, remaining)
-        woken = replica.notifier.version(Channel.WORK) != version
+    jobs = await lease_polls.poll(
+        replica.db,
+        replica.notifier,
+        replica.claim_gate,
+        replica.clock,
+        caller.node_id,
+        body,
+        lease_context(replica, request),
+        wait_sec=min(body.wait_sec, replica.settings.max_lease_wait_sec),
+    )
+    return wire.LeaseResponse(jobs=jobs)
 
 
 @router.post("/invokes/{invoke_id}/start", status_code=204, responses=errors(*AUTH, 409))
