@@ -126,20 +126,14 @@ def _print_admin_key(key: str) -> None:
 
 def listen_on(host: str, port: int) -> socket.socket:
     """The server's socket, bound; `CannotListen` says why not in one line."""
-    # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on accepted sockets whose
-    # protocol says TCP. Without it every keep-alive answer written in two pieces waited
-    # for the client's delayed ACK (~40 ms a request).
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    from gpu_share.coordinator.http.sockets import bound_tcp
+
     try:
-        sock.bind((host, port))
+        return bound_tcp(host, port)
     except OSError as exc:
-        sock.close()
         if exc.errno == errno.EADDRINUSE:
             raise CannotListen(f"port {port} is in use: pass --port or set GPUSHARE_PORT") from exc
         raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    return sock
 
 
 @contextlib.contextmanager

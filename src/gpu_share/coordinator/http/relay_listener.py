@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import socket
 from collections.abc import Iterator
 
 import uvicorn
 from starlette.types import ASGIApp
+
+from gpu_share.coordinator.http.sockets import bound_tcp
 
 _IN_RELAY = contextvars.ContextVar("in_relay_listener", default=False)
 
@@ -29,10 +30,7 @@ _QUIET = _QuietRelay()
 
 class RelayListener:
     def __init__(self, app: ASGIApp, host: str, port: int, advertise_host: str = "") -> None:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
+        self._sock = bound_tcp(host, port)
         bound_port = self._sock.getsockname()[1]
         name = advertise_host or host
         self.url = f"http://[{name}]:{bound_port}" if ":" in name else f"http://{name}:{bound_port}"
