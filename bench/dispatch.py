@@ -360,6 +360,12 @@ async def end_to_end(
                 "timeout_sec": 60,
             }
 
+            def agent_alive() -> None:
+                """The bench's nodes are online too: a dead agent would leave these
+                invokes queued forever."""
+                if agent.process.poll() is not None:
+                    raise RuntimeError(f"the agent exited:\n{agent.log_path.read_text()[-3000:]}")
+
             async def submit(headers: dict[str, str]) -> httpx.Response:
                 for _ in range(100):  # until the agent is online
                     r = await http.post("/v1/gpu/invoke", json=body, headers=headers)
@@ -371,12 +377,14 @@ async def end_to_end(
             async def preferred() -> dict[str, Any]:
                 state: dict[str, Any] = (await submit({"Prefer": "wait=30"})).json()
                 while state["status"] in ("queued", "assigned", "running"):
+                    agent_alive()
                     state = (await http.get(f"/v1/gpu/invokes/{state['id']}?wait=30")).json()
                 return state
 
             async def polled() -> dict[str, Any]:
                 state: dict[str, Any] = (await submit({})).json()
                 while True:  # long-poll: answered when the invoke is final
+                    agent_alive()
                     state = (await http.get(f"/v1/gpu/invokes/{state['id']}?wait=30")).json()
                     if state["status"] not in ("queued", "assigned", "running"):
                         return state

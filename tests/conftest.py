@@ -26,7 +26,7 @@ from gpu_share.testing.clock import FrozenClock, SystemClock
 from gpu_share.testing.databases import (
     create_scratch_postgres,
     drop_scratch_postgres,
-    truncate_all,
+    empty_tables,
 )
 from gpu_share.testing.factories import (
     ADMIN,
@@ -132,7 +132,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         shutil.copy(template, target)
         return f"sqlite+aiosqlite:///{target}"
     url: str = request.getfixturevalue("postgres_database")
-    asyncio.run(truncate_all(url, TABLES))
+    asyncio.run(empty_tables(url, TABLES))
     return url
 
 

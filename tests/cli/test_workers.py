@@ -13,7 +13,7 @@ from sqlalchemy import Select, func, select
 
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.orm import ApiKeyRow, Base, ReplicaRow
-from gpu_share.testing.databases import truncate_all
+from gpu_share.testing.databases import empty_tables
 from gpu_share.testing.servers import free_port
 
 TABLES = [table.name for table in Base.metadata.sorted_tables]
@@ -49,7 +49,7 @@ def test_workers_starting_together_make_one_admin_key(
     postgres_database: str, tmp_path: Path
 ) -> None:
     """No GPUSHARE_ADMIN_KEY: the first start makes one, whichever worker gets there."""
-    asyncio.run(truncate_all(postgres_database, TABLES))
+    asyncio.run(empty_tables(postgres_database, TABLES))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "GPUSHARE_ADMIN_KEY"}
     server = subprocess.Popen(

@@ -29,12 +29,28 @@ async def scratch_postgres_url(prefix: str = "gpushare_t") -> AsyncIterator[str]
         await drop_scratch_postgres(url)
 
 
-async def truncate_all(url: str, tables: list[str]) -> None:
-    """Empty every table of a PostgreSQL test database (between tests)."""
+_RESTART_SEQUENCES = """
+SELECT setval(pg_get_serial_sequence(quote_ident(c.relname), a.attname), 1, false)
+FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace AND a.attnum > 0
+  AND pg_get_serial_sequence(quote_ident(c.relname), a.attname) IS NOT NULL
+"""
+
+
+async def empty_tables(url: str, tables: list[str]) -> None:
+    """Empty every table of a PostgreSQL test database (between tests), and start its
+    sequences again. `tables` parents first (`MetaData.sorted_tables`): rows are deleted
+    children first, so no foreign key is broken on the way.
+
+    DELETE, not TRUNCATE: a TRUNCATE of all 41 tables took 120-170 ms (it makes new files
+    for every table and index), a DELETE of their few rows ~18 ms, and every PostgreSQL
+    test starts with this."""
+    deletes = ";".join(f'DELETE FROM "{table}"' for table in reversed(tables))  # noqa: S608 (our own tables)
     conn = await asyncpg.connect(_dsn(url))
     try:
-        quoted = ", ".join(f'"{t}"' for t in tables)
-        await conn.execute(f"TRUNCATE {quoted} RESTART IDENTITY CASCADE")
+        async with conn.transaction():
+            await conn.execute(deletes)
+            await conn.execute(_RESTART_SEQUENCES)
     finally:
         await conn.close()
 
