@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,22 +99,6 @@ def test_every_example_runs_here_or_is_covered_elsewhere() -> None:
     assert len(TO_RUN) >= 10
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
-    with LiveStack(tmp_path_factory.mktemp("readme-stack")) as live:
-        yield live
-
-
-@pytest.fixture(scope="module")
-def tenant_key(stack: LiveStack) -> str:
-    return stack.tenant_key("README Reader")
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("readme-workdir")
-
-
 def localize(code: str, stack: LiveStack, tenant_key: str) -> str:
     code = code.replace("http://127.0.0.1:8080", stack.base_url)
     code = code.replace("gpu_sk_…", tenant_key).replace("gpu_admin_…", stack.admin_key)
@@ -123,8 +106,8 @@ def localize(code: str, stack: LiveStack, tenant_key: str) -> str:
     return re.sub(r"(?m)^pip install .*$", ": installed already", code)
 
 
-@pytest.mark.parametrize("example", TO_RUN, ids=[e.id for e in TO_RUN])
-def test_readme_example(example: Example, stack: LiveStack, tenant_key: str, workdir: Path) -> None:
+def run(example: Example, stack: LiveStack, tenant_key: str, workdir: Path) -> str | None:
+    """What went wrong with `example`, or None when it did as the README says."""
     code = localize(example.code, stack, tenant_key)
     argv = ["bash", "-eo", "pipefail", "-c", code]
     if example.lang == "python":
@@ -140,7 +123,21 @@ def test_readme_example(example: Example, stack: LiveStack, tenant_key: str, wor
         argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=120, check=False
     )
     output = done.stdout + done.stderr
-    context = f"README line {example.line} exited {done.returncode}:\n{output}\n{stack.logs}"
-    assert done.returncode == example.exit, context
-    if example.output is not None:
-        assert example.output in output, context
+    if done.returncode == example.exit and (example.output is None or example.output in output):
+        return None
+    expected = f"exit {example.exit}" + (f" and {example.output!r}" if example.output else "")
+    return f"exited {done.returncode}, expected {expected}:\n{output}\n{stack.logs}"
+
+
+def test_the_readme_examples_run_in_order_as_written(tmp_path: Path) -> None:
+    """One test, not one per example: they share a working directory and a later one may
+    use what an earlier one made, so they must run in order in one process (pytest-xdist
+    may hand tests of one module to different workers). It stops at the first example
+    that fails: the ones after it may need what it should have made."""
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    with LiveStack(tmp_path / "stack") as stack:
+        tenant_key = stack.tenant_key("README Reader")
+        for example in TO_RUN:
+            wrong = run(example, stack, tenant_key, workdir)
+            assert wrong is None, f"README line {example.line} ({example.lang}) {wrong}"

@@ -1,9 +1,11 @@
 """Apply Alembic migrations at start, under a lock so that replicas take turns."""
 
+import functools
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 
@@ -20,11 +22,25 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-def heads() -> list[str]:
-    return list(ScriptDirectory.from_config(alembic_config()).get_heads())
+@functools.cache
+def heads() -> tuple[str, ...]:
+    """The revisions a database at "head" is at; read from the package's scripts once."""
+    return tuple(ScriptDirectory.from_config(alembic_config()).get_heads())
+
+
+def _at_heads(connection: Connection) -> bool:
+    """Whether the database is at `heads()` already: one read of `alembic_version`,
+    where `command.upgrade` would load every script first (each start, each test).
+    Without the lock: a revision is written in the transaction that applies it, so
+    a database that says "head" has nothing left to apply."""
+    current = MigrationContext.configure(connection).get_current_heads()
+    connection.rollback()
+    return set(current) == set(heads())
 
 
 def _upgrade(connection: Connection, revision: str) -> None:
+    if revision == "head" and _at_heads(connection):
+        return
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
         connection.commit()

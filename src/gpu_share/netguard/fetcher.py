@@ -6,6 +6,7 @@ too; environment proxies, `.netrc` and cookies are never used.
 """
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -138,6 +139,14 @@ async def _file_chunks(path: Path) -> AsyncGenerator[bytes, None]:
             yield chunk
 
 
+@functools.cache
+def _public_trust() -> ssl.SSLContext:
+    """The certifi trust store, loaded once per process: a load takes ~40 ms, and every
+    coordinator app and agent makes a fetcher. One context serves any number of clients
+    (they all speak HTTP/1.1, the one setting httpcore writes on it)."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
 class SafeFetcher:
     """Fetches URLs that a tenant named, from inside an operator's network, safely."""
 
@@ -156,7 +165,7 @@ class SafeFetcher:
         self.policy = policy
         self._max_redirects = max_redirects
         self._retry_backoff = retry_backoff
-        context = ssl_context or httpx.create_ssl_context(trust_env=False)
+        context = ssl_context or _public_trust()
         self._client = httpx.AsyncClient(
             transport=checked_transport(policy, context),
             trust_env=False,
