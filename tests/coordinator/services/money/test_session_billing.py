@@ -8,7 +8,8 @@ from gpu_share.coordinator.core.errors import InsufficientBalance
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import NodeRow, SessionRow
 from gpu_share.coordinator.services.money import ledger, session_billing
-from gpu_share.coordinator.services.sessions.sessions import Sessions, to_wire
+from gpu_share.coordinator.services.sessions import closing
+from gpu_share.coordinator.services.sessions.sessions import to_wire
 from gpu_share.protocol.sessions import SessionError, SessionStatus
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import ProviderHandle, TenantHandle
@@ -71,8 +72,7 @@ async def test_a_session_is_charged_as_it_goes_and_settled_at_close(
         assert again  # the same interval is not billed twice
     assert (await balances(app, tenant, provider))["reserved"] == HOUR - 62_500
     clock.advance(30)
-    sessions = Sessions(replica.db, replica.hub, replica.clock, replica.settings)
-    await sessions._finish(session_id, SessionStatus.CLOSED, clock.now())
+    await closing.finish(replica.db, replica.hub, session_id, SessionStatus.CLOSED, clock.now())
     cost = RATE * 120 // 3600  # 83_333 over the whole 120 s held
     assert await balances(app, tenant, provider) == {
         "available": 10_000_000 - cost,
@@ -108,9 +108,10 @@ async def test_a_session_the_balance_cannot_cover_is_refused_or_stopped(
             session, session_id, clock.now(), replica.settings
         )
     assert not covered
-    sessions = Sessions(replica.db, replica.hub, replica.clock, replica.settings)
     error = SessionError(code="INSUFFICIENT_BALANCE", message="no balance")
-    await sessions._finish(session_id, SessionStatus.CLOSED, clock.now(), error)
+    await closing.finish(
+        replica.db, replica.hub, session_id, SessionStatus.CLOSED, clock.now(), error
+    )
     held = await balances(app, tenant, provider)
     assert held["reserved"] == 0
     assert held["available"] == 2_500_000 - RATE * 1801 // 3600
@@ -129,9 +130,10 @@ async def test_a_session_lost_on_the_provider_side_pays_nothing_for_its_last_int
     await top_up(client, tenant, "10")
     session_id = await open_session(app, tenant, priced.node_id)
     clock.advance(600)
-    sessions = Sessions(replica.db, replica.hub, replica.clock, replica.settings)
     lost = SessionError(code="NODE_LOST", message="gone")
-    await sessions._finish(session_id, SessionStatus.FAILED, clock.now(), lost)
+    await closing.finish(
+        replica.db, replica.hub, session_id, SessionStatus.FAILED, clock.now(), lost
+    )
     assert await balances(app, tenant, provider) == {
         "available": 10_000_000,
         "reserved": 0,

@@ -2,12 +2,12 @@
 
 The row in `gpu_sessions` is the record (status, node, metering); the `SessionHub`
 of the process holding the node's WebSocket carries the live traffic. Forwards do
-not touch the database: counters and last use are flushed by `maintain`.
+not touch the database: counters and last use are flushed by `upkeep`.
 
 A request that reaches another process (several workers or replicas) is relayed to
 the holder (`replica.peers`, found through `channels`): a session may be opened on any
 node whose channel a live process holds, and its forwards and close reach it from
-anywhere. The holder's counters show in `get` once flushed (`maintain`, every few
+anywhere. The holder's counters show in `get` once flushed (`upkeep`, every few
 seconds).
 """
 
@@ -17,7 +17,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -47,7 +47,7 @@ from gpu_share.coordinator.services.nodes.placement import (
     requirements_of,
     serves,
 )
-from gpu_share.coordinator.services.sessions import channels, gpus
+from gpu_share.coordinator.services.sessions import channels, closing, gpus, upkeep
 from gpu_share.coordinator.services.webhooks import events
 from gpu_share.coordinator.services.work import (
     artifact_refs,
@@ -71,7 +71,6 @@ log = logging.getLogger(__name__)
 CREATE_WAIT_SEC = 2.0  # answer `ready` at once when the model loads that fast
 START_WAIT_SEC = 300.0  # a forward to a starting session waits this long for it
 FORWARD_TIMEOUT_SEC = 300.0
-STALE_AFTER_SEC = 30.0  # no replica touched an open session this long: it was lost
 CONNECT_GRACE_SEC = 5.0  # a node just online connects its channel right after
 
 
@@ -356,7 +355,9 @@ class Sessions:
                 code=ErrorCode.NODE_LOST,
                 message="the node's connection went away while the session was opened",
             )
-            await self._finish(row.id, SessionStatus.FAILED, self.clock.now(), lost)
+            await closing.finish(
+                self.db, self.hub, row.id, SessionStatus.FAILED, self.clock.now(), lost
+            )
             raise Unavailable(
                 "the node chosen for this session lost its connection as the session was "
                 "opened; create it again",
@@ -471,7 +472,7 @@ class Sessions:
         async with self.db.read() as session:
             row = await _owned(session, tenant_id, session_id)
         now = self.clock.now()
-        await self._finish(session_id, SessionStatus.CLOSED, now)
+        await closing.finish(self.db, self.hub, session_id, SessionStatus.CLOSED, now)
         reason = "the session was deleted by its tenant"
         relay_url = None if self.hub.get(session_id) else await self._holder(row.node_id, now)
         if relay_url is not None and self.peers is not None:
@@ -512,7 +513,7 @@ class Sessions:
                     raise Unavailable(
                         "the coordinator process holding this session's connection does not "
                         "answer; retry (a session whose process died ends with NODE_LOST "
-                        f"within {STALE_AFTER_SEC:g} s)",
+                        f"within {upkeep.STALE_AFTER_SEC:g} s)",
                         headers={"Retry-After": "1"},
                     ) from exc
                 return ForwardAnswer(format=answer.format, body=answer.body)
@@ -540,7 +541,9 @@ class Sessions:
             code=ErrorCode.NODE_LOST,
             message="the coordinator process holding the session's connection went away",
         )
-        await self._finish(session_id, SessionStatus.FAILED, self.clock.now(), error)
+        await closing.finish(
+            self.db, self.hub, session_id, SessionStatus.FAILED, self.clock.now(), error
+        )
         async with self.db.read() as session:
             row = await session.get(SessionRow, session_id)
         assert row is not None
@@ -619,7 +622,7 @@ class Sessions:
                 )
             ).one_or_none()
             if opened is not None and opened.webhook_url:
-                await _tell(session, session_id, opened, "session.opened", {}, now)
+                await closing.tell(session, session_id, opened, "session.opened", {}, now)
         live.last_used = now
         self.hub.settle(session_id, SessionStatus.READY)
 
@@ -627,7 +630,9 @@ class Sessions:
         live = self.hub.get(session_id)
         if live is None or live.node_id != node_id:
             return
-        await self._finish(session_id, SessionStatus.FAILED, self.clock.now(), error)
+        await closing.finish(
+            self.db, self.hub, session_id, SessionStatus.FAILED, self.clock.now(), error
+        )
         self.hub.settle(session_id, SessionStatus.FAILED, error)
 
     async def on_node_lost(self, lost: list[LiveSession]) -> None:
@@ -635,8 +640,10 @@ class Sessions:
         now = self.clock.now()
         for live in lost:
             try:
-                await self._finish(live.id, SessionStatus.FAILED, now, live.error)
-            except Exception:  # the upkeep loop fails it later as unheld (STALE_AFTER_SEC)
+                await closing.finish(
+                    self.db, self.hub, live.id, SessionStatus.FAILED, now, live.error
+                )
+            except Exception:  # `upkeep` fails it later as unheld (STALE_AFTER_SEC)
                 log.exception("could not record that session %s failed", live.id)
         self.hub.forget([live.id for live in lost])
 
@@ -650,177 +657,7 @@ class Sessions:
         )
         for live in self.hub.held():
             try:
-                await self._finish(live.id, SessionStatus.FAILED, now, error)
+                await closing.finish(self.db, self.hub, live.id, SessionStatus.FAILED, now, error)
             except Exception:  # the upkeep of another process fails it as unheld
                 log.exception("could not record that session %s ended", live.id)
         await self.hub.close_all("the coordinator is shutting down")
-
-    # Upkeep
-
-    async def maintain(self) -> None:
-        """Close idle sessions, flush counters, end those on quarantined nodes, and fail
-        open sessions no replica holds."""
-        now = self.clock.now()
-        await self._end_quarantined(now)
-        for live in list(self.hub.idle()):
-            await self._finish(
-                live.id,
-                SessionStatus.CLOSED,
-                now,
-                SessionError(
-                    code=ErrorCode.IDLE_TIMEOUT,
-                    message=f"closed after {live.idle_timeout_sec} s without a forward",
-                ),
-            )
-            await self.hub.close(live.id, "idle timeout", status=SessionStatus.CLOSED)
-        async with self.db.write() as session:
-            for live in self.hub.held():
-                values: dict[str, object] = {"touched_at": now}
-                if live.used_since_flush:
-                    values["last_used_at"] = now
-                    live.used_since_flush = False
-                if live.unflushed_forwards:
-                    values["forward_count"] = SessionRow.forward_count + live.unflushed_forwards
-                    live.unflushed_forwards = 0
-                await session.execute(
-                    update(SessionRow).where(SessionRow.id == live.id).values(**values)
-                )
-            stale = (
-                await session.scalars(
-                    select(SessionRow.id).where(
-                        SessionRow.status.in_(OPEN_SESSION_VALUES),
-                        SessionRow.touched_at < now - timedelta(seconds=STALE_AFTER_SEC),
-                    )
-                )
-            ).all()
-            for session_id in stale:
-                await self._close_row(
-                    session,
-                    session_id,
-                    {
-                        "status": SessionStatus.FAILED.value,
-                        "closed_at": now,
-                        "error_code": ErrorCode.NODE_LOST.value,
-                        "error_message": "the session's coordinator or node went away",
-                    },
-                )
-        await self._bill_held(now)
-
-    async def _end_quarantined(self, now: datetime) -> None:
-        """Sessions held here on a node caught returning wrong results end at once, with
-        NODE_QUARANTINED (docs/trust.md); the tenant pays nothing for their last interval."""
-        held = {live.id: live.node_id for live in self.hub.held()}
-        if not held:
-            return
-        async with self.db.read() as session:
-            barred = set(
-                (
-                    await session.scalars(
-                        select(NodeRow.id).where(
-                            NodeRow.id.in_(sorted(set(held.values()))),
-                            NodeRow.quarantined_at.is_not(None),
-                        )
-                    )
-                ).all()
-            )
-        for session_id, node_id in held.items():
-            if node_id not in barred:
-                continue
-            await self._finish(
-                session_id,
-                SessionStatus.FAILED,
-                now,
-                SessionError(
-                    code=ErrorCode.NODE_QUARANTINED,
-                    message="ended: its node was quarantined after returning wrong results; "
-                    "open a new session",
-                ),
-            )
-            await self.hub.close(session_id, "node quarantined", status=SessionStatus.FAILED)
-
-    async def _bill_held(self, now: datetime) -> None:
-        """Charge the sessions held here as they go; close those the balance no longer
-        covers (`session_billing`)."""
-        if not billing.prepaid(self.settings):
-            return
-        async with self.db.read() as session:
-            held = await session_billing.due(session, [live.id for live in self.hub.held()], now)
-        for session_id in held:
-            async with self.db.write() as session:
-                covered = await session_billing.bill_held(session, session_id, now, self.settings)
-            if covered:
-                continue
-            await self._finish(
-                session_id,
-                SessionStatus.CLOSED,
-                now,
-                SessionError(
-                    code=ErrorCode.INSUFFICIENT_BALANCE,
-                    message="closed: the balance cannot cover the session's next hour; "
-                    "top up and open a new session",
-                ),
-            )
-            await self.hub.close(session_id, "insufficient balance", status=SessionStatus.CLOSED)
-
-    async def _close_row(
-        self, session: AsyncSession, session_id: str, values: dict[str, object]
-    ) -> None:
-        """Close an open session's row and settle what it cost, in one transaction."""
-        closed = (
-            await session.execute(
-                update(SessionRow)
-                .where(SessionRow.id == session_id, SessionRow.status.in_(OPEN_SESSION_VALUES))
-                .values(**values)
-                .returning(SessionRow.tenant_id, SessionRow.webhook_url)
-            )
-        ).one_or_none()
-        if closed is not None:
-            await session_billing.settle(session, session_id)
-            if closed.webhook_url:
-                code = values.get("error_code")
-                data = {
-                    "status": values["status"],
-                    "error": {"code": code, "message": values.get("error_message")}
-                    if code
-                    else None,
-                }
-                now = values["closed_at"]
-                assert isinstance(now, datetime)
-                await _tell(session, session_id, closed, "session.closed", data, now)
-
-    async def _finish(
-        self,
-        session_id: str,
-        status: SessionStatus,
-        now: datetime,
-        error: SessionError | None = None,
-    ) -> None:
-        live = self.hub.get(session_id)
-        values: dict[str, object] = {"status": status.value, "closed_at": now, "touched_at": now}
-        if live is not None and live.unflushed_forwards:
-            values["forward_count"] = SessionRow.forward_count + live.unflushed_forwards
-            live.unflushed_forwards = 0
-        if error is not None:
-            values.update(error_code=error.code, error_message=error.message)
-        async with self.db.write() as session:
-            await self._close_row(session, session_id, values)
-
-
-async def _tell(
-    session: AsyncSession,
-    session_id: str,
-    row: Any,
-    event_type: str,
-    data: dict[str, object],
-    now: datetime,
-) -> None:
-    """The session's webhook, in the transaction of its change (`webhooks.events`)."""
-    await events.emit(
-        session,
-        owner_id=row.tenant_id,
-        event_type=event_type,
-        data={"id": session_id, **data},
-        cause=f"{session_id}:{event_type}",
-        now=now,
-        url=row.webhook_url,
-    )

@@ -6,7 +6,7 @@ the check concluded and does nothing twice:
 
 1. the node is quarantined (no new work, out of the offers; its running jobs are
    requeued elsewhere and whatever it reports for them refused; its sessions are ended
-   with NODE_QUARANTINED by the replica that holds them, `sessions.maintain`);
+   with NODE_QUARANTINED by the replica that holds them, `sessions.upkeep`);
 2. an incident records the evidence (both results, the inputs' hashes, both verdicts);
 3. the tenant gets the trusted node's result (`invoke_state.replace_result`);
 4. every charge of the node still in its hold is refunded to its tenant (`refund_held`:
