@@ -9,8 +9,10 @@ from datetime import timedelta
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import event
 
 from gpu_share.coordinator.core.orm import NodeRow
+from gpu_share.coordinator.services.work import rivals
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import HELLO_WORLD, TenantHandle
@@ -228,3 +230,34 @@ async def test_a_job_a_better_node_left_goes_to_anyone_after_the_grace(
     assert await plain.lease() == []
     clock.advance(3)
     assert [j.invoke_id for j in await plain.lease()] == [job_id]
+
+
+async def test_a_claim_of_jobs_past_the_grace_reads_no_rivals(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    clock: FrozenClock,
+) -> None:
+    # Reading the rivals loads every node waiting in a long-poll (a thousand in an idle
+    # fleet); only a job young enough to be left to one of them needs it.
+    agent = await sim_agent()
+    young, old = await submit(client, tenant), await submit(client, tenant)
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    engine = app.state.replica.db.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        (job,) = await agent.lease()
+        assert job.invoke_id == young
+        assert sum("polling_until >" in s for s in statements) == 1
+        await agent.complete(job)
+        clock.advance(rivals.RANKING_GRACE_SEC + 1)
+        statements.clear()
+        assert [j.invoke_id for j in await agent.lease()] == [old]
+        assert statements and not any("polling_until >" in s for s in statements)
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)

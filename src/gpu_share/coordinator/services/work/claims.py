@@ -183,9 +183,11 @@ async def _claim(
             and gpu_assignment.choose(node, req, taken, agent_free) is not None
         ):
             fitting.append((invoke_id, tenant_id, req, created_at))
-    # Who else is waiting matters only when something fits: an empty queue is the common
-    # answer to a long-poll, and this read loads every node waiting in one.
-    better = await rivals.better_pollers(session, node, now) if fitting else []
+    # Who else is waiting matters only when something fits and is young enough to be left
+    # to a better node: an empty queue is the common answer to a long-poll, a deep queue's
+    # jobs are past the grace, and this read loads every node waiting in a long-poll.
+    young = any(rivals.in_grace(created_at, now) for *_, created_at in fitting)
+    better = await rivals.better_pollers(session, node, now) if young else []
     eligible = [
         (invoke_id, tenant_id)
         for invoke_id, tenant_id, req, created_at in fitting

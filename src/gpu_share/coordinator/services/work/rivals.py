@@ -38,12 +38,18 @@ def _waiting() -> Select[NodeRow]:
     )
 
 
+def in_grace(created_at: datetime, now: datetime) -> bool:
+    """Whether a job queued at `created_at` is young enough to be left to a better node:
+    a claim whose jobs are all older need not read the rivals (`better_pollers` loads
+    every node waiting in a long-poll, a thousand in an idle fleet)."""
+    return created_at > now - timedelta(seconds=RANKING_GRACE_SEC)
+
+
 def left_to_rival(
     rivals: list[NodeRow], req: Requirements, created_at: datetime, now: datetime
 ) -> bool:
     """The job is younger than the grace and one of `rivals` could take it."""
-    grace = now - timedelta(seconds=RANKING_GRACE_SEC)
-    return created_at > grace and any(_can_take(rival, req, now) for rival in rivals)
+    return in_grace(created_at, now) and any(_can_take(rival, req, now) for rival in rivals)
 
 
 def _can_take(rival: NodeRow, req: Requirements, now: datetime) -> bool:
