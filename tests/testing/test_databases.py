@@ -58,7 +58,18 @@ async def _next_sample_id(url: str) -> int:
         await conn.close()
 
 
+async def _drop_a_column(url: str) -> None:
+    """What a migration's downgrade leaves: a dropped column stays in the catalog."""
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        await conn.execute("ALTER TABLE tenants ADD COLUMN scratch integer")
+        await conn.execute("ALTER TABLE tenants DROP COLUMN scratch")
+    finally:
+        await conn.close()
+
+
 def test_every_row_goes_and_serial_ids_start_again(postgres_database: str, tmp_path: Path) -> None:
+    asyncio.run(_drop_a_column(postgres_database))
     asyncio.run(empty_tables(postgres_database, TABLES))
     asyncio.run(_fill(postgres_database, tmp_path / "data"))
     filled = asyncio.run(_counts(postgres_database))

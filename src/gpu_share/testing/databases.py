@@ -29,11 +29,12 @@ async def scratch_postgres_url(prefix: str = "gpushare_t") -> AsyncIterator[str]
         await drop_scratch_postgres(url)
 
 
+# Every sequence of the schema (the serial ids'). Not found through the tables' columns:
+# a column a migration dropped stays in pg_attribute, and naming it fails.
 _RESTART_SEQUENCES = """
-SELECT setval(pg_get_serial_sequence(quote_ident(c.relname), a.attname), 1, false)
-FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
-WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace AND a.attnum > 0
-  AND pg_get_serial_sequence(quote_ident(c.relname), a.attname) IS NOT NULL
+SELECT setval(c.oid::regclass, 1, false)
+FROM pg_class c
+WHERE c.relkind = 'S' AND c.relnamespace = 'public'::regnamespace
 """
 
 
