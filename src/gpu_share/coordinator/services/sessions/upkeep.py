@@ -19,6 +19,15 @@ from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.sessions import SessionError, SessionStatus
 
 STALE_AFTER_SEC = 30.0  # no replica touched an open session this long: it was lost
+_QUARANTINED = SessionError(
+    code=ErrorCode.NODE_QUARANTINED,
+    message="ended: its node was quarantined after returning wrong results; open a new session",
+)
+_UNPAID = SessionError(
+    code=ErrorCode.INSUFFICIENT_BALANCE,
+    message="closed: the balance cannot cover the session's next hour; "
+    "top up and open a new session",
+)
 
 
 async def maintain(db: Database, hub: SessionHub, clock: Clock, settings: Settings) -> None:
@@ -26,18 +35,11 @@ async def maintain(db: Database, hub: SessionHub, clock: Clock, settings: Settin
     now = clock.now()
     await _end_quarantined(db, hub, now)
     for live in list(hub.idle()):
-        await closing.finish(
-            db,
-            hub,
-            live.id,
-            SessionStatus.CLOSED,
-            now,
-            SessionError(
-                code=ErrorCode.IDLE_TIMEOUT,
-                message=f"closed after {live.idle_timeout_sec} s without a forward",
-            ),
+        idle = SessionError(
+            code=ErrorCode.IDLE_TIMEOUT,
+            message=f"closed after {live.idle_timeout_sec} s without a forward",
         )
-        await hub.close(live.id, "idle timeout", status=SessionStatus.CLOSED)
+        await _end(db, hub, live.id, SessionStatus.CLOSED, now, idle, "idle timeout")
     async with db.write() as session:
         for live in hub.held():
             values: dict[str, object] = {"touched_at": now}
@@ -92,19 +94,7 @@ async def _end_quarantined(db: Database, hub: SessionHub, now: datetime) -> None
     for session_id, node_id in held.items():
         if node_id not in barred:
             continue
-        await closing.finish(
-            db,
-            hub,
-            session_id,
-            SessionStatus.FAILED,
-            now,
-            SessionError(
-                code=ErrorCode.NODE_QUARANTINED,
-                message="ended: its node was quarantined after returning wrong results; "
-                "open a new session",
-            ),
-        )
-        await hub.close(session_id, "node quarantined", status=SessionStatus.FAILED)
+        await _end(db, hub, session_id, SessionStatus.FAILED, now, _QUARANTINED, "node quarantined")
 
 
 async def _bill_held(db: Database, hub: SessionHub, settings: Settings, now: datetime) -> None:
@@ -119,16 +109,18 @@ async def _bill_held(db: Database, hub: SessionHub, settings: Settings, now: dat
             covered = await session_billing.bill_held(session, session_id, now, settings)
         if covered:
             continue
-        await closing.finish(
-            db,
-            hub,
-            session_id,
-            SessionStatus.CLOSED,
-            now,
-            SessionError(
-                code=ErrorCode.INSUFFICIENT_BALANCE,
-                message="closed: the balance cannot cover the session's next hour; "
-                "top up and open a new session",
-            ),
-        )
-        await hub.close(session_id, "insufficient balance", status=SessionStatus.CLOSED)
+        await _end(db, hub, session_id, SessionStatus.CLOSED, now, _UNPAID, "insufficient balance")
+
+
+async def _end(
+    db: Database,
+    hub: SessionHub,
+    session_id: str,
+    status: SessionStatus,
+    now: datetime,
+    error: SessionError,
+    reason: str,
+) -> None:
+    """End a session held here: its row (`closing.finish`), then its live connection."""
+    await closing.finish(db, hub, session_id, status, now, error)
+    await hub.close(session_id, reason, status=status)
