@@ -13,7 +13,7 @@ from gpu_share.coordinator.app import create_app
 from gpu_share.coordinator.core.orm import Base
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.testing.clock import FrozenClock
-from gpu_share.testing.databases import _dsn, empty_tables
+from gpu_share.testing.databases import asyncpg_dsn, empty_tables
 from gpu_share.testing.factories import TEST_ADMIN_KEY, create_provider, create_tenant
 from gpu_share.testing.simulated_agent import SimulatedAgent, inventory
 
@@ -42,7 +42,7 @@ async def _fill(url: str, data_dir: Path) -> None:
 
 
 async def _counts(url: str) -> dict[str, int]:
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         return {t: await conn.fetchval(f'SELECT count(*) FROM "{t}"') for t in TABLES}
     finally:
@@ -50,7 +50,7 @@ async def _counts(url: str) -> dict[str, int]:
 
 
 async def _next_sample_id(url: str) -> int:
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         sequence = "pg_get_serial_sequence('telemetry_samples', 'id')"
         return int(await conn.fetchval(f"SELECT nextval({sequence})"))
@@ -60,7 +60,7 @@ async def _next_sample_id(url: str) -> int:
 
 async def _drop_a_column(url: str) -> None:
     """What a migration's downgrade leaves: a dropped column stays in the catalog."""
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         await conn.execute("ALTER TABLE tenants ADD COLUMN scratch integer")
         await conn.execute("ALTER TABLE tenants DROP COLUMN scratch")

@@ -16,7 +16,8 @@ def postgres_server_url() -> str:
     return os.environ.get("GPUSHARE_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
 
 
-def _dsn(url: str) -> str:
+def asyncpg_dsn(url: str) -> str:
+    """A SQLAlchemy URL (`postgresql+asyncpg://…`) as asyncpg's `connect` takes it."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
@@ -47,7 +48,7 @@ async def empty_tables(url: str, tables: list[str]) -> None:
     for every table and index), a DELETE of their few rows ~18 ms, and every PostgreSQL
     test starts with this."""
     deletes = ";".join(f'DELETE FROM "{table}"' for table in reversed(tables))  # noqa: S608 (our own tables)
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         async with conn.transaction():
             await conn.execute(deletes)
@@ -60,7 +61,7 @@ async def create_scratch_postgres(prefix: str = "gpushare_t") -> str:
     """A new empty database on the test server; drop it with `drop_scratch_postgres`."""
     server = postgres_server_url()
     name = f"{prefix}_{secrets.token_hex(6)}"
-    admin = await asyncpg.connect(_dsn(server))
+    admin = await asyncpg.connect(asyncpg_dsn(server))
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
@@ -70,7 +71,7 @@ async def create_scratch_postgres(prefix: str = "gpushare_t") -> str:
 
 async def drop_scratch_postgres(url: str) -> None:
     name = make_url(url).database
-    admin = await asyncpg.connect(_dsn(postgres_server_url()))
+    admin = await asyncpg.connect(asyncpg_dsn(postgres_server_url()))
     try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
