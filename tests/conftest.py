@@ -19,7 +19,6 @@ from pydantic import SecretStr
 
 from gpu_share.coordinator import migrate
 from gpu_share.coordinator.app import create_app
-from gpu_share.coordinator.core.orm import Base
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.protocol import agent as wire
 from gpu_share.testing.clock import FrozenClock, SystemClock
@@ -53,7 +52,6 @@ DATABASES = [
     for d in os.environ.get("GPUSHARE_TEST_DATABASES", "sqlite,postgres").split(",")
     if d.strip()
 ]
-TABLES = [table.name for table in Base.metadata.sorted_tables]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -132,7 +130,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         shutil.copy(template, target)
         return f"sqlite+aiosqlite:///{target}"
     url: str = request.getfixturevalue("postgres_database")
-    asyncio.run(empty_tables(url, TABLES))
+    asyncio.run(empty_tables(url))
     return url
 
 

@@ -12,11 +12,9 @@ import pytest
 from sqlalchemy import Select, func, select
 
 from gpu_share.coordinator.core.db import Database
-from gpu_share.coordinator.core.orm import ApiKeyRow, Base, ReplicaRow
+from gpu_share.coordinator.core.orm import ApiKeyRow, ReplicaRow
 from gpu_share.testing.databases import empty_tables
 from gpu_share.testing.servers import free_port
-
-TABLES = [table.name for table in Base.metadata.sorted_tables]
 
 
 def server(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -49,7 +47,7 @@ def test_workers_starting_together_make_one_admin_key(
     postgres_database: str, tmp_path: Path
 ) -> None:
     """No GPUSHARE_ADMIN_KEY: the first start makes one, whichever worker gets there."""
-    asyncio.run(empty_tables(postgres_database, TABLES))
+    asyncio.run(empty_tables(postgres_database))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "GPUSHARE_ADMIN_KEY"}
     server = subprocess.Popen(

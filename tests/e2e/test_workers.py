@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import select
 
 from gpu_share.coordinator.core.db import Database
-from gpu_share.coordinator.core.orm import Base, NodeChannelRow, ReplicaRow
+from gpu_share.coordinator.core.orm import NodeChannelRow, ReplicaRow
 from gpu_share.examples import DIGITS_EXPECTED_LABELS, DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.testing.databases import empty_tables
 from gpu_share.testing.stack import LiveStack
@@ -30,8 +30,7 @@ ROWS = np.load(DIGITS_INPUTS)["input"]
 
 @pytest.fixture
 def stack(postgres_database: str, tmp_path: Path) -> Iterator[LiveStack]:
-    tables = [table.name for table in Base.metadata.sorted_tables]
-    asyncio.run(empty_tables(postgres_database, tables))
+    asyncio.run(empty_tables(postgres_database))
     with LiveStack(tmp_path, database_url=postgres_database, workers=3) as started:
         # /health answers once the first worker is up; the others may still be starting.
         deadline = time.monotonic() + 60

@@ -70,12 +70,12 @@ async def _drop_a_column(url: str) -> None:
 
 def test_every_row_goes_and_serial_ids_start_again(postgres_database: str, tmp_path: Path) -> None:
     asyncio.run(_drop_a_column(postgres_database))
-    asyncio.run(empty_tables(postgres_database, TABLES))
+    asyncio.run(empty_tables(postgres_database))
     asyncio.run(_fill(postgres_database, tmp_path / "data"))
     filled = asyncio.run(_counts(postgres_database))
     assert all(filled[t] > 0 for t in ("tenants", "providers", "nodes", "telemetry_samples"))
 
-    asyncio.run(empty_tables(postgres_database, TABLES))
+    asyncio.run(empty_tables(postgres_database))
     assert set(asyncio.run(_counts(postgres_database)).values()) == {0}
     assert asyncio.run(_next_sample_id(postgres_database)) == 1
-    asyncio.run(empty_tables(postgres_database, TABLES))  # and nothing left to trip on
+    asyncio.run(empty_tables(postgres_database))  # and nothing left to trip on

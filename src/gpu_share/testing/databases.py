@@ -8,6 +8,8 @@ from contextlib import asynccontextmanager
 import asyncpg
 from sqlalchemy.engine import make_url
 
+from gpu_share.coordinator.core.orm import Base
+
 DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 
 
@@ -39,19 +41,25 @@ WHERE c.relkind = 'S' AND c.relnamespace = 'public'::regnamespace
 """
 
 
-async def empty_tables(url: str, tables: list[str]) -> None:
+# Children first (the tables sorted parents first, reversed), so no foreign key is broken
+# on the way; the names are our own tables'.
+_DELETE_ALL = ";".join(
+    f'DELETE FROM "{table.name}"'  # noqa: S608
+    for table in reversed(Base.metadata.sorted_tables)
+)
+
+
+async def empty_tables(url: str) -> None:
     """Empty every table of a PostgreSQL test database (between tests), and start its
-    sequences again. `tables` parents first (`MetaData.sorted_tables`): rows are deleted
-    children first, so no foreign key is broken on the way.
+    sequences again.
 
     DELETE, not TRUNCATE: a TRUNCATE of all 41 tables took 120-170 ms (it makes new files
     for every table and index), a DELETE of their few rows ~18 ms, and every PostgreSQL
     test starts with this."""
-    deletes = ";".join(f'DELETE FROM "{table}"' for table in reversed(tables))  # noqa: S608 (our own tables)
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         async with conn.transaction():
-            await conn.execute(deletes)
+            await conn.execute(_DELETE_ALL)
             await conn.execute(_RESTART_SEQUENCES)
     finally:
         await conn.close()
