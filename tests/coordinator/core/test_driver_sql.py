@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from sqlalchemy import exc, select
 
-from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.db import Database, driver_of
 from gpu_share.coordinator.core.driver_sql import Sql, sql_list, sqlite_value
 from gpu_share.coordinator.core.orm import LedgerTransactionRow
 
@@ -165,3 +165,46 @@ async def test_one_statement_outside_a_transaction_refuses_a_second(db: Database
     async with db.read() as session:
         ids = (await session.scalars(select(LedgerTransactionRow.id))).all()
     assert sorted(ids) == expected
+
+
+def _orm_row(row_id: str) -> LedgerTransactionRow:
+    row = LedgerTransactionRow(id=row_id, cause=row_id, kind="k", created_at=MOMENT)
+    row.details = {}
+    return row
+
+
+async def test_driver_statements_in_an_orm_transaction_commit_with_it(db: Database) -> None:
+    async with db.write() as session:
+        tx = await driver_of(session)  # the driver first: its statement opens the transaction
+        await tx.execute(_INSERT, id="m1", cause="m1", kind="k", at=MOMENT, details={})
+        session.add(_orm_row("m2"))
+        await session.flush()
+        # one transaction: each sees the other's uncommitted row
+        assert len(await tx.fetch(_LATER_THAN, since=MOMENT - timedelta(days=1))) == 2
+        await tx.execute(_INSERT, id="m3", cause="m3", kind="k", at=MOMENT, details={})
+    async with db.read() as session:
+        ids = (await session.scalars(select(LedgerTransactionRow.id))).all()
+    assert sorted(ids) == ["m1", "m2", "m3"]
+
+
+async def test_driver_statements_in_an_orm_transaction_roll_back_with_it(db: Database) -> None:
+    async def write_then_fail(driver_first: bool) -> None:
+        async with db.write() as session:
+            if not driver_first:
+                session.add(_orm_row("r0"))
+                await session.flush()
+            tx = await driver_of(session)
+            await tx.execute(_INSERT, id="r1", cause="r1", kind="k", at=MOMENT, details={})
+            session.add(_orm_row("r2"))
+            await session.flush()
+            raise RuntimeError("the handler failed after its writes")
+
+    for driver_first in (True, False):
+        with pytest.raises(RuntimeError):
+            await write_then_fail(driver_first)
+    async with db.read() as session:
+        assert (await session.scalars(select(LedgerTransactionRow.id))).all() == []
+    for _ in range(12):  # more than the pool holds: every connection went back clean
+        async with db.write() as session:
+            tx = await driver_of(session)
+            assert await tx.fetch(_LATER_THAN, since=MOMENT - timedelta(days=1)) == []

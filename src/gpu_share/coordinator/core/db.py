@@ -127,6 +127,26 @@ class Database:
         await self.engine.dispose()
 
 
+async def driver_of(session: AsyncSession) -> DriverTx:
+    """The driver under a write session (`Database.write`), inside its transaction: hot
+    statements (`driver_sql`) and the ORM's in one transaction, committed or rolled back
+    together by the session. For a transaction whose common path is a few hot statements
+    and whose rare path (money, webhooks) is the ORM's.
+
+    SQLite begins the session's transaction (`BEGIN IMMEDIATE`) when it takes its
+    connection. SQLAlchemy's asyncpg adapter begins one only before its own first
+    statement: it is begun here, as the adapter would, so the session's commit is the
+    driver statements' too."""
+    connection = await session.connection()
+    pooled = await connection.get_raw_connection()
+    if session.get_bind().dialect.name == "sqlite":
+        return SqliteTx(pooled.driver_connection)
+    adapter: Any = pooled.dbapi_connection
+    if adapter._transaction is None:
+        await adapter._start_transaction()
+    return PostgresTx(pooled.driver_connection)
+
+
 async def _driver_connection(connection: AsyncConnection) -> Any:
     """The asyncpg or aiosqlite connection under a pooled SQLAlchemy one. SQLAlchemy has
     begun nothing on it, so giving it back to the pool costs no rollback."""

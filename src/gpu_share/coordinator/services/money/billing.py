@@ -25,13 +25,16 @@
   one RELEASE, under the cause ``invoke:{id}:settle``, posted once whatever retries.
 """
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, select, update
+from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.db import driver_of
+from gpu_share.coordinator.core.driver_sql import Row as DriverRow
+from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.orm import ArtifactRow, InvokeRow, LedgerTransactionRow, NodeRow
 from gpu_share.coordinator.core.settings import BillingMode, Settings
 from gpu_share.coordinator.services.money import earnings_hold, ledger, spending_limits
@@ -191,8 +194,41 @@ SETTLED_COLUMNS = (
 """What `settle` reads of a final invoke: `invoke_state` has the UPDATE that makes it
 final return them (`RETURNING`), so settling costs no read of its own."""
 
+SETTLED_NAMES = tuple(column.key for column in SETTLED_COLUMNS)
+"""Their names, for the statements written on the driver (`driver_sql`)."""
 
-async def settle(session: AsyncSession, row: Row[*tuple[Any, ...]], now: datetime) -> int:
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A final invoke as `settle` reads it, from a driver row of `SETTLED_NAMES` (and its
+    `webhook_url`, which the caller tells)."""
+
+    id: str
+    tenant_id: str
+    node_id: str | None
+    runtime: str
+    priority: str
+    gpus: int
+    timeout_sec: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    error_code: str | None
+    reserved_micro: int
+    rate_micro_per_hour: int | None
+    cost_micro: int | None
+    attempts: int
+    preemptions: int
+    webhook_url: str | None
+
+    @classmethod
+    def of(cls, row: DriverRow) -> "Settled":
+        return cls(*(row[name] for name in (*SETTLED_NAMES, "webhook_url")))
+
+
+_COST = Sql("UPDATE invokes SET cost_micro = :cost WHERE id = :invoke")
+
+
+async def settle(session: AsyncSession, row: Row[*tuple[Any, ...]] | Settled, now: datetime) -> int:
     """Charge or release a final invoke's reserve, once; returns its cost.
 
     Called by `invoke_state` in the transaction that makes the invoke final, with the
@@ -215,9 +251,8 @@ async def settle(session: AsyncSession, row: Row[*tuple[Any, ...]], now: datetim
         ms = 0
     cost = int(min(metered(rate, ms), left))
     if row.cost_micro != charged + cost:
-        await session.execute(
-            update(InvokeRow).where(InvokeRow.id == invoke_id).values(cost_micro=charged + cost)
-        )
+        tx = await driver_of(session)  # every job is settled: on the driver (`driver_sql`)
+        await tx.execute(_COST, invoke=invoke_id, cost=charged + cost)
     if row.reserved_micro == 0:
         return cost
     tenant = row.tenant_id

@@ -36,6 +36,7 @@ from sqlalchemy import Update, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import metrics
+from gpu_share.coordinator.core.db import driver_of
 from gpu_share.coordinator.core.driver_sql import DriverTx, Sql, sql_list
 from gpu_share.coordinator.core.orm import InvokeRow
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
@@ -92,11 +93,17 @@ async def _final(
     ).one_or_none()
     if final is None:
         return False
+    await _settled(session, final, values)
+    return True
+
+
+async def _settled(session: AsyncSession, final: Any, values: dict[str, Any]) -> None:
+    """What follows every transition into a final status, in its transaction: settled
+    (`billing.settle`), counted once committed, and told to its webhook, if any."""
     metrics.after_commit(session, metrics.INVOKES_ENDED.labels(values["status"]).inc)
     await billing.settle(session, final, values["finished_at"])
     if final.webhook_url:  # told in the same transaction; no query for invokes without one
         await _emit_final(session, final, values)
-    return True
 
 
 async def _emit_final(session: AsyncSession, final: Any, values: dict[str, Any]) -> None:
@@ -242,6 +249,19 @@ async def keep(tx: DriverTx, lease: Lease, expires_at: datetime) -> Kept | None:
     return None if kept is None else Kept(cancel_requested=kept["cancel_requested_at"] is not None)
 
 
+_FINISH = Sql(
+    "UPDATE invokes SET status = :status, finished_at = :finished_at,"  # noqa: S608 (constants)
+    " started_at = :started_at, result = :result, error_code = :error_code,"
+    " error_message = :error_message, log_bytes = COALESCE(:log_bytes, log_bytes)"
+    " WHERE id = :invoke AND node_id = :node AND lease_token = :token"
+    f" AND status IN ({sql_list(ACTIVE_VALUES)})"
+    f" RETURNING {', '.join(billing.SETTLED_NAMES)}, webhook_url",
+    datetimes=("started_at", "finished_at"),
+    jsons=("result",),
+)
+"""`finish`: the agent's verdict on the lease it holds, returning what settling needs."""
+
+
 async def finish(
     session: AsyncSession,
     lease: Lease,
@@ -255,24 +275,31 @@ async def finish(
 ) -> bool:
     """assigned/running → the verdict its node reported (done, failed, timeout, canceled).
     `log_bytes`: the log's size with the text the report brought (`leases.clipped_log`),
-    written in the same statement."""
+    written in the same statement. Every job ends here, so its UPDATE runs on the driver
+    (`driver_sql`), in the session's transaction; settling follows as for every final
+    status."""
     assert status.terminal, status
-    logged = {} if log_bytes is None else {"log_bytes": log_bytes}
-    return await _final(
-        session,
-        lease.invoke_id,
-        ACTIVE_VALUES,
-        {
-            "status": status.value,
-            "finished_at": now,
-            "started_at": started_at,
-            "result": result.model_dump(mode="json") if result is not None else None,
-            "error_code": error.code if error else None,
-            "error_message": error.message if error else None,
-            **logged,
-        },
-        *_held(lease),
+    values: dict[str, Any] = {
+        "status": status.value,
+        "finished_at": now,
+        "started_at": started_at,
+        "result": result.model_dump(mode="json") if result is not None else None,
+        "error_code": error.code if error else None,
+        "error_message": error.message if error else None,
+    }
+    tx = await driver_of(session)
+    final = await tx.fetchrow(
+        _FINISH,
+        **values,
+        log_bytes=log_bytes,
+        invoke=lease.invoke_id,
+        node=lease.node_id,
+        token=lease.token,
     )
+    if final is None:
+        return False
+    await _settled(session, billing.Settled.of(final), values)
+    return True
 
 
 async def requeue(session: AsyncSession, lease: Lease) -> bool:

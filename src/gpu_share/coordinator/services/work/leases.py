@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.db import Database, driver_of
 from gpu_share.coordinator.core.driver_sql import DriverTx, Sql, sql_list
 from gpu_share.coordinator.core.errors import Conflict, NotFound
 from gpu_share.coordinator.core.orm import InvokeLogRow, InvokeRow
@@ -239,6 +239,23 @@ def _ms(later: datetime | None, earlier: datetime | None) -> int | None:
     return max(0, int((later - earlier).total_seconds() * 1000))
 
 
+_REPORTED = {
+    dialect: Sql(
+        "SELECT status, node_id, lease_token, log_bytes, attempts, created_at, assigned_at,"  # noqa: S608
+        f" started_at FROM invokes WHERE id = :invoke{lock}",
+        datetimes=("created_at", "assigned_at", "started_at"),
+    )
+    for dialect, lock in (("postgresql", " FOR UPDATE"), ("sqlite", ""))
+}
+"""What a result report reads of its invoke, locked (SQLite's write transaction holds
+the whole database)."""
+
+_LOGGED = Sql(
+    "INSERT INTO invoke_logs (invoke_id, attempt, created_at, text)"
+    " VALUES (:invoke, :attempt, :at, :text)"
+)
+
+
 async def report_result(
     session: AsyncSession,
     lease: Lease,
@@ -247,40 +264,47 @@ async def report_result(
     settings: Settings,
 ) -> InvokeStatus:
     """Record the node's verdict exactly once, after the last log text it carries; a retry
-    of the same report is answered the same."""
-    row = await session.get(InvokeRow, lease.invoke_id, with_for_update=True)
+    of the same report is answered the same. Every job ends here: its statements run on
+    the driver (`driver_sql`) in the session's transaction, which settling (`billing`)
+    joins."""
+    tx = await driver_of(session)
+    row = await tx.fetchrow(_REPORTED[tx.dialect], invoke=lease.invoke_id)
     if row is None:  # as stale as another node's lease: a node learns no invoke exists
         raise _stale(lease.invoke_id)
-    status = InvokeStatus(row.status)
+    status = InvokeStatus(row["status"])
     if (
         status.terminal
         and status == report.status
-        and row.lease_token == lease.token
-        and row.node_id == lease.node_id
+        and row["lease_token"] == lease.token
+        and row["node_id"] == lease.node_id
     ):
         return status  # the agent retried a report that was already recorded
     # Else a verdict the coordinator reached without this report (its lease expired on
     # the last attempt, a timeout): the report is stale, and told so, not acknowledged.
     result = report.result
+    started_at = row["started_at"]
     if result is not None:
-        queue_ms = _ms(row.started_at or row.assigned_at, row.created_at)
+        queue_ms = _ms(started_at or row["assigned_at"], row["created_at"])
         result = result.model_copy(
             update={"metrics": result.metrics.model_copy(update={"queue_ms": queue_ms})}
         )
     # The last log text rides on the report: its size is written with the verdict.
-    log_text, log_bytes = clipped_log(row.log_bytes, report.log, settings)
+    log_text, log_bytes = clipped_log(row["log_bytes"], report.log, settings)
     if not await invoke_state.finish(
         session,
         lease,
         report.status,
         result=result,
         error=report.error,
-        started_at=row.started_at or now,
+        started_at=started_at or now,
         now=now,
         log_bytes=log_bytes,
     ):
         raise _stale(lease.invoke_id)
-    _append(session, row, log_text, now)
+    if log_text:
+        await tx.execute(
+            _LOGGED, invoke=lease.invoke_id, attempt=row["attempts"], at=now, text=log_text
+        )
     return report.status
 
 
