@@ -91,7 +91,9 @@ class DriverTx(Protocol):
 
     async def fetchrow(self, sql: Sql, **params: Any) -> Row | None: ...
 
-    async def execute(self, sql: Sql, **params: Any) -> None: ...
+    async def execute(self, sql: Sql, **params: Any) -> int:
+        """Runs `sql`; returns the rows it wrote (an INSERT, UPDATE or DELETE)."""
+        ...
 
 
 def _json_text(value: Any) -> Any:
@@ -128,9 +130,12 @@ class PostgresTx:
             row: Row | None = await self._connection.fetchrow(sql.pg_text, *self._args(sql, params))
             return row
 
-    async def execute(self, sql: Sql, **params: Any) -> None:
+    async def execute(self, sql: Sql, **params: Any) -> int:
         with _as_sqlalchemy_errors(sql):
-            await self._connection.execute(sql.pg_text, *self._args(sql, params))
+            status: str = await self._connection.execute(sql.pg_text, *self._args(sql, params))
+        # "UPDATE 1", "INSERT 0 1", "DELETE 3": the count comes last
+        count = status.rpartition(" ")[2]
+        return int(count) if count.isdigit() else 0
 
 
 def sqlite_value(value: Any) -> Any:
@@ -182,9 +187,11 @@ class SqliteTx:
         rows = await self.fetch(sql, **params)
         return rows[0] if rows else None
 
-    async def execute(self, sql: Sql, **params: Any) -> None:
+    async def execute(self, sql: Sql, **params: Any) -> int:
         with _as_sqlalchemy_errors(sql):
-            await self._connection.execute(sql.text, self._args(sql, params))
+            async with self._connection.execute(sql.text, self._args(sql, params)) as cursor:
+                written: int = cursor.rowcount
+        return max(written, 0)
 
 
 @asynccontextmanager

@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BindParameter, Row, Select, Update, bindparam, case, select, true, update
+from sqlalchemy import BindParameter, Row, Select, bindparam, case, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.db import driver_of
+from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, TenantRow
 from gpu_share.coordinator.services.work import check_offers
 from gpu_share.protocol.invokes import InvokeStatus, Priority
@@ -113,28 +115,28 @@ def round_robin(eligible: list[tuple[str, str]]) -> list[str]:
     return ordered
 
 
+_MARK_SERVED = {
+    # Rows another claim holds are passed over (`mark_served`).
+    "postgresql": Sql(
+        "UPDATE tenants SET last_served_at = :served_at WHERE id IN"
+        " (SELECT id FROM tenants WHERE id = ANY(:served) FOR UPDATE SKIP LOCKED)"
+    ),
+    # One write transaction at a time: nothing is held.
+    "sqlite": Sql(
+        "UPDATE tenants SET last_served_at = :served_at"
+        " WHERE id IN (SELECT value FROM json_each(:served))",
+        jsons=("served",),
+    ),
+}
+
+
 async def mark_served(session: AsyncSession, tenant_ids: set[str], now: datetime) -> None:
-    """Move these tenants to the back of the fair-share line.
+    """Move these tenants to the back of the fair-share line. On the driver
+    (`driver_sql`): every claim that leases runs it.
 
     Best effort: a tenant row another claim holds right now is skipped rather than waited
     for (claims never wait on each other, and cannot deadlock over tenants)."""
     if not tenant_ids:
         return
-    await session.execute(_mark_served(), {"served": sorted(tenant_ids), "served_at": now})
-
-
-@functools.cache
-def _mark_served() -> Update:
-    """`mark_served`'s statement for `:served` (tenant ids) and `:served_at`; built once
-    (every claim that leases runs it)."""
-    free = (
-        select(TenantRow.id)
-        .where(TenantRow.id.in_(bindparam("served", expanding=True)))
-        .with_for_update(skip_locked=True)
-    )
-    return (
-        update(TenantRow)
-        .where(TenantRow.id.in_(free.scalar_subquery()))
-        .values(last_served_at=bindparam("served_at", type_=TenantRow.last_served_at.type))
-        .execution_options(synchronize_session=False)
-    )
+    tx = await driver_of(session)
+    await tx.execute(_MARK_SERVED[tx.dialect], served=sorted(tenant_ids), served_at=now)

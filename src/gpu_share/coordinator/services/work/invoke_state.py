@@ -129,6 +129,17 @@ def _held(lease: Lease) -> list[Any]:
     return [InvokeRow.node_id == lease.node_id, InvokeRow.lease_token == lease.token]
 
 
+_ASSIGN = Sql(
+    "UPDATE invokes SET status = :status, node_id = :node, lease_token = :token,"
+    " lease_expires_at = :expires_at, attempts = :attempt, assigned_at = :now,"
+    " rate_micro_per_hour = :rate, gpu_indices = :gpu_indices,"
+    " started_at = COALESCE(:started_at, started_at),"
+    " deadline_at = COALESCE(:deadline_at, deadline_at)"
+    " WHERE id = :invoke AND status = :queued AND attempts = :attempt - 1",
+    jsons=("gpu_indices",),
+)
+
+
 async def assign(
     session: AsyncSession,
     invoke_id: str,
@@ -144,33 +155,27 @@ async def assign(
     """queued → assigned: the node holds it until `expires_at` unless heartbeats extend it;
     its rate is fixed now (`billing.placed_rate`), and the GPUs it gets are recorded.
     With `start_timeout_sec`, queued → running at once: the lease is the start (as
-    `start`, its deadline counting from now)."""
-    started = (
-        {}
-        if start_timeout_sec is None
-        else {
-            "status": InvokeStatus.RUNNING.value,
-            "started_at": now,
-            "deadline_at": now + timedelta(seconds=start_timeout_sec),
-        }
+    `start`, its deadline counting from now). Every lease is made here: on the driver
+    (`driver_sql`), in the claim's transaction."""
+    deadline = None if start_timeout_sec is None else now + timedelta(seconds=start_timeout_sec)
+    starting = deadline is not None
+    tx = await driver_of(session)
+    assigned = await tx.execute(
+        _ASSIGN,
+        status=(InvokeStatus.RUNNING if starting else InvokeStatus.ASSIGNED).value,
+        node=lease.node_id,
+        token=lease.token,
+        expires_at=expires_at,
+        attempt=attempt,
+        now=now,
+        rate=rate_micro_per_hour,
+        gpu_indices=gpu_indices,
+        started_at=now if starting else None,
+        deadline_at=deadline,
+        invoke=invoke_id,
+        queued=InvokeStatus.QUEUED.value,
     )
-    return await _transition(
-        session,
-        invoke_id,
-        [InvokeStatus.QUEUED.value],
-        {
-            "status": InvokeStatus.ASSIGNED.value,
-            "node_id": lease.node_id,
-            "lease_token": lease.token,
-            "lease_expires_at": expires_at,
-            "attempts": attempt,
-            "assigned_at": now,
-            "rate_micro_per_hour": rate_micro_per_hour,
-            "gpu_indices": null() if gpu_indices is None else gpu_indices,  # SQL NULL
-            **started,
-        },
-        InvokeRow.attempts == attempt - 1,
-    )
+    return assigned == 1
 
 
 async def fail_queued(

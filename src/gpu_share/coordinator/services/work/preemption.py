@@ -42,13 +42,15 @@ LOCKED`), so two passes never decide for the same work, and a pass never withdra
 stop on a node where work it did not consider is placed.
 """
 
-import functools
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, and_, bindparam, or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.db import driver_of
+from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.errors import Conflict
 from gpu_share.coordinator.core.orm import InvokeRow
 from gpu_share.coordinator.core.settings import Settings
@@ -137,29 +139,51 @@ async def preempt_for_waiting_work(
     return asked
 
 
-async def placed_on(session: AsyncSession, node_id: str) -> list[Any]:
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A queued on-demand invoke placed on a node for a preemption, as the claim reads it."""
+
+    id: str
+    runtime: str
+    gpus: int
+    constraints: dict[str, Any]
+    priority: str
+    timeout_sec: int
+    gpu_indices: list[int] | None
+
+
+_PLACED_ON = Sql(
+    "SELECT id, runtime, gpus, constraints, priority, timeout_sec, gpu_indices FROM invokes"
+    " WHERE status = :queued AND priority = :on_demand AND reservation_id IS NULL"
+    " AND node_id = :node ORDER BY created_at, id",
+    jsons=("constraints", "gpu_indices"),
+)
+"""`placed_on`'s statement (the rows `_QUEUED_ON_DEMAND` and placed on `:node`); on the
+driver (`driver_sql`): every claim reads it."""
+
+
+async def placed_on(session: AsyncSession, node_id: str) -> list[Placed]:
     """The queued on-demand invokes placed on this node for a preemption, oldest first,
     as the claim reads them (`claims`: they are leased there first)."""
-    rows = await session.execute(_placed_on(), {"placed_node": node_id})
-    return list(rows.all())
-
-
-@functools.cache
-def _placed_on() -> Select[Any]:
-    """`placed_on`'s statement for `:placed_node`; built once (every claim reads it)."""
-    return (
-        select(
-            InvokeRow.id,
-            InvokeRow.runtime,
-            InvokeRow.gpus,
-            InvokeRow.constraints,
-            InvokeRow.priority,
-            InvokeRow.timeout_sec,
-            InvokeRow.gpu_indices,
-        )
-        .where(_QUEUED_ON_DEMAND, InvokeRow.node_id == bindparam("placed_node"))
-        .order_by(InvokeRow.created_at, InvokeRow.id)
+    tx = await driver_of(session)
+    rows = await tx.fetch(
+        _PLACED_ON,
+        queued=InvokeStatus.QUEUED.value,
+        on_demand=Priority.ON_DEMAND.value,
+        node=node_id,
     )
+    return [
+        Placed(
+            row["id"],
+            row["runtime"],
+            row["gpus"],
+            row["constraints"],
+            row["priority"],
+            row["timeout_sec"],
+            row["gpu_indices"],
+        )
+        for row in rows
+    ]
 
 
 async def _place_on(session: AsyncSession, row: InvokeRow, chosen: Plan) -> None:
