@@ -177,8 +177,8 @@ async def test_driver_statements_in_an_orm_transaction_commit_with_it(db: Databa
     async with db.write() as session:
         tx = await driver_of(session)  # the driver first: its statement opens the transaction
         await tx.execute(_INSERT, id="m1", cause="m1", kind="k", at=MOMENT, details={})
-        session.add(_orm_row("m2"))
-        await session.flush()
+        session.add(_orm_row("m2"))  # pending: flushed when the driver is asked for again
+        tx = await driver_of(session)
         # one transaction: each sees the other's uncommitted row
         assert len(await tx.fetch(_LATER_THAN, since=MOMENT - timedelta(days=1))) == 2
         await tx.execute(_INSERT, id="m3", cause="m3", kind="k", at=MOMENT, details={})

@@ -136,7 +136,10 @@ async def driver_of(session: AsyncSession) -> DriverTx:
     SQLite begins the session's transaction (`BEGIN IMMEDIATE`) when it takes its
     connection. SQLAlchemy's asyncpg adapter begins one only before its own first
     statement: it is begun here, as the adapter would, so the session's commit is the
-    driver statements' too."""
+    driver statements' too. What the session holds unflushed is flushed first, as the
+    ORM's autoflush does before its own statements: a driver statement sees it."""
+    if session.new or session.dirty or session.deleted:
+        await session.flush()
     connection = await session.connection()
     pooled = await connection.get_raw_connection()
     if session.get_bind().dialect.name == "sqlite":

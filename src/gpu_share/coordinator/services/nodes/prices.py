@@ -12,11 +12,15 @@ set or removed and whenever the node's inventory changes.
 import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from sqlalchemy import Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.db import driver_of
+from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.errors import NotFound, ValidationFailed
 from gpu_share.coordinator.core.orm import NodeRow, ProviderPriceRow
 from gpu_share.protocol.money import usdc_text
@@ -36,7 +40,29 @@ def spot_rate(price_micro: int, spot_discount_bps: int) -> int:
     return price_micro - price_micro * spot_discount_bps // 10_000
 
 
-def _rate(node: NodeRow, prices: Iterable[ProviderPriceRow], *, spot: bool) -> int:
+class PriceLike(Protocol):
+    """A provider's price for one model: a `ProviderPriceRow`, or a `Rate` read on the
+    driver."""
+
+    @property
+    def provider_id(self) -> str: ...
+    @property
+    def gpu_model(self) -> str: ...
+    @property
+    def price_micro_per_hour(self) -> int: ...
+    @property
+    def spot_discount_bps(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    provider_id: str
+    gpu_model: str
+    price_micro_per_hour: int
+    spot_discount_bps: int
+
+
+def _rate(node: NodeRow, prices: Iterable[PriceLike], *, spot: bool) -> int:
     models = set(models_of(node))
     rates = [
         spot_rate(r.price_micro_per_hour, r.spot_discount_bps) if spot else r.price_micro_per_hour
@@ -46,22 +72,30 @@ def _rate(node: NodeRow, prices: Iterable[ProviderPriceRow], *, spot: bool) -> i
     return max(rates, default=0)
 
 
+_PRICES_OF_PROVIDER = Sql(
+    "SELECT provider_id, gpu_model, price_micro_per_hour, spot_discount_bps"
+    " FROM provider_prices WHERE provider_id = :provider"
+)
+"""A provider's prices (a few rows: one per model it runs); on the driver (`driver_sql`):
+every lease reads it."""
+
+
 async def hourly_rate(session: AsyncSession, node: NodeRow, *, spot: bool) -> int:
     """Micro-USDC per GPU-hour the node charges new work now (spot or on demand); 0 while
     its provider has set no price for its GPU model. A node with several models charges
     the highest of their prices."""
-    params = {"price_provider": node.provider_id, "price_models": list(models_of(node))}
-    rows = (await session.scalars(_prices_of_models(), params)).all()
-    return _rate(node, rows, spot=spot)
-
-
-@functools.cache
-def _prices_of_models() -> Select[ProviderPriceRow]:
-    """`:price_provider`'s prices for `:price_models`; built once (every lease reads it)."""
-    return select(ProviderPriceRow).where(
-        ProviderPriceRow.provider_id == bindparam("price_provider"),
-        ProviderPriceRow.gpu_model.in_(bindparam("price_models", expanding=True)),
-    )
+    tx = await driver_of(session)
+    rows = await tx.fetch(_PRICES_OF_PROVIDER, provider=node.provider_id)
+    rates = [
+        Rate(
+            row["provider_id"],
+            row["gpu_model"],
+            row["price_micro_per_hour"],
+            row["spot_discount_bps"],
+        )
+        for row in rows
+    ]
+    return _rate(node, rates, spot=spot)
 
 
 @functools.cache

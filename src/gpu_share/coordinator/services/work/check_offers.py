@@ -8,9 +8,7 @@ Which jobs are checked, and what their results mean, is the trust domain's.
 
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, bindparam, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
 
 from gpu_share.coordinator.core.orm import ArtifactRow, InvokeRow, NodeRow
 from gpu_share.coordinator.core.settings import Settings
@@ -27,16 +25,15 @@ def takes_checks(node: NodeRow, settings: Settings) -> bool:
     return is_trusted(node, TrustRule.of(settings))
 
 
-def offered(checker: bool) -> ColumnElement[bool]:
-    """The queued invokes a node may take as far as spot checks go: for a `checker`, every
-    invoke but the checks of jobs node `:node_id` ran; for any other node, no check."""
+def offered(checker: bool) -> str:
+    """The queued invokes a node may take as far as spot checks go, as an SQL condition on
+    `invokes` (the claim's candidates, `fair_share`): for a `checker`, every invoke but
+    the checks of jobs node `:node_id` ran; for any other node, no check."""
     if not checker:
-        return InvokeRow.check_of.is_(None)
-    checked = aliased(InvokeRow, name="checked")
-    return InvokeRow.check_of.is_(None) | ~exists(
-        select(checked.id).where(
-            checked.id == InvokeRow.check_of, checked.node_id == bindparam("node_id")
-        )
+        return "invokes.check_of IS NULL"
+    return (
+        "(invokes.check_of IS NULL OR NOT EXISTS (SELECT 1 FROM invokes AS checked"
+        " WHERE checked.id = invokes.check_of AND checked.node_id = :node_id))"
     )
 
 

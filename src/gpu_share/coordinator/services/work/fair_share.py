@@ -7,17 +7,14 @@ slot each in turn (`round_robin`), and each tenant served goes to the back of th
 (`mark_served`).
 """
 
-import functools
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BindParameter, Row, Select, bindparam, case, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.db import driver_of
 from gpu_share.coordinator.core.driver_sql import Sql
-from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, TenantRow
+from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.coordinator.services.work import check_offers
 from gpu_share.protocol.invokes import InvokeStatus, Priority
 
@@ -25,80 +22,72 @@ CANDIDATES = 64  # queued rows examined per claim
 
 # A queued invoke as the claim first looks at it: (id, tenant_id, runtime, gpus,
 # constraints, created_at, priority, timeout_sec).
-Candidate = Row[str, str, str, int, dict[str, Any], datetime, str, int]
+Candidate = tuple[str, str, str, int, dict[str, Any], datetime, str, int]
+
+_COLUMNS = "id, tenant_id, runtime, gpus, constraints, created_at, priority, timeout_sec"
+
+# A reservation's work is read apart (`reservation_holds.queued_work`): it runs on its node
+# only.
+_QUEUED = f"invokes.status = '{InvokeStatus.QUEUED.value}' AND invokes.reservation_id IS NULL"
 
 
-async def candidates(session: AsyncSession, node: NodeRow, checker: bool) -> Sequence[Candidate]:
-    """The first `CANDIDATES` queued invokes this node serves the runtime of, in fair-share
-    order, without locking them. Spot checks among them only for a `checker`
-    (`check_offers`)."""
-    query = _fair_candidates(session.get_bind().dialect.name, checker)
-    params = (
-        {"runtimes": node.runtimes, "node_id": node.id} if checker else {"runtimes": node.runtimes}
-    )
-    found: Sequence[Candidate] = (await session.execute(query, params)).all()
-    return found
-
-
-@functools.cache
-def _fair_candidates(dialect: str, checker: bool) -> Select[Any]:
-    """The statement of `candidates`, for `:runtimes` (and `:node_id` for a `checker`).
-    Built once per dialect: building it cost a claim more than running it.
+def _fair_candidates(dialect: str, checker: bool) -> Sql:
+    """The statement of `candidates`, for `:runtimes` (and `:node_id` for a `checker`), on
+    the driver (`driver_sql`): every claim reads it.
 
     On PostgreSQL each tenant's own first few come from an index scan (a LATERAL join),
     so the cost follows the number of tenants with queued work, not the queue's length;
     SQLite (one process, the embedded mode) sorts the queue."""
-    runtimes: BindParameter[list[str]] = bindparam("runtimes", expanding=True)
-    columns = (
-        InvokeRow.id,
-        InvokeRow.tenant_id,
-        InvokeRow.runtime,
-        InvokeRow.gpus,
-        InvokeRow.constraints,
-        InvokeRow.created_at,
-        InvokeRow.priority,
-        InvokeRow.timeout_sec,
-    )
-    # A reservation's work is read apart (`reservation_holds.queued_work`): it runs on its
-    # node only.
-    queued = (
-        (InvokeRow.status == InvokeStatus.QUEUED.value)
-        & InvokeRow.reservation_id.is_(None)
-        & check_offers.offered(checker)
-    )
+    where = f"{_QUEUED} AND {check_offers.offered(checker)}"
     if dialect != "postgresql":
-        return (
-            select(*columns)
-            .join(TenantRow, TenantRow.id == InvokeRow.tenant_id)
-            .where(queued, InvokeRow.runtime.in_(runtimes))
-            .order_by(
-                case((InvokeRow.priority == Priority.ON_DEMAND.value, 0), else_=1),
-                TenantRow.last_served_at.asc().nulls_first(),
-                InvokeRow.created_at,
-                InvokeRow.id,
-            )
-            .limit(CANDIDATES)
+        return Sql(
+            f"SELECT {', '.join(f'invokes.{c}' for c in _COLUMNS.split(', '))}"  # noqa: S608
+            " FROM invokes JOIN tenants ON tenants.id = invokes.tenant_id"
+            f" WHERE {where} AND runtime IN (SELECT value FROM json_each(:runtimes))"
+            f" ORDER BY CASE WHEN priority = '{Priority.ON_DEMAND.value}' THEN 0 ELSE 1 END,"
+            " tenants.last_served_at ASC NULLS FIRST, invokes.created_at, invokes.id"
+            f" LIMIT {CANDIDATES}",
+            datetimes=("created_at",),
+            jsons=("runtimes", "constraints"),
         )
     # PRIORITY_ORDER holds: "on_demand" sorts before "spot", so the index serves the order.
-    own = (
-        select(*columns)
-        .where(InvokeRow.tenant_id == TenantRow.id, queued, InvokeRow.runtime.in_(runtimes))
-        .order_by(InvokeRow.priority, InvokeRow.created_at)
-        .limit(CANDIDATES)
-        .lateral("own")
+    return Sql(
+        f"SELECT {', '.join(f'own.{c}' for c in _COLUMNS.split(', '))}"  # noqa: S608
+        f" FROM tenants JOIN LATERAL (SELECT {_COLUMNS} FROM invokes"
+        f" WHERE invokes.tenant_id = tenants.id AND {where} AND runtime = ANY(:runtimes)"
+        f" ORDER BY priority, created_at LIMIT {CANDIDATES}) AS own ON true"
+        " ORDER BY own.priority, tenants.last_served_at ASC NULLS FIRST, own.created_at, own.id"
+        f" LIMIT {CANDIDATES}"
     )
-    return (
-        select(*(own.c[column.key] for column in columns))
-        .select_from(TenantRow)
-        .join(own, true())
-        .order_by(
-            own.c.priority,
-            TenantRow.last_served_at.asc().nulls_first(),
-            own.c.created_at,
-            own.c.id,
+
+
+_CANDIDATES = {
+    (dialect, checker): _fair_candidates(dialect, checker)
+    for dialect in ("postgresql", "sqlite")
+    for checker in (False, True)
+}
+
+
+async def candidates(session: AsyncSession, node: NodeRow, checker: bool) -> list[Candidate]:
+    """The first `CANDIDATES` queued invokes this node serves the runtime of, in fair-share
+    order, without locking them. Spot checks among them only for a `checker`
+    (`check_offers`)."""
+    tx = await driver_of(session)
+    params = {"runtimes": list(node.runtimes), **({"node_id": node.id} if checker else {})}
+    rows = await tx.fetch(_CANDIDATES[tx.dialect, checker], **params)
+    return [
+        (
+            row["id"],
+            row["tenant_id"],
+            row["runtime"],
+            row["gpus"],
+            row["constraints"],
+            row["created_at"],
+            row["priority"],
+            row["timeout_sec"],
         )
-        .limit(CANDIDATES)
-    )
+        for row in rows
+    ]
 
 
 def round_robin(eligible: list[tuple[str, str]]) -> list[str]:
