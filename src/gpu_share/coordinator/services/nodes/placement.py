@@ -23,13 +23,24 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
+from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.coordinator.services.nodes import gpu_catalog
 from gpu_share.coordinator.services.nodes.schedules import availability_of
 from gpu_share.protocol.money import MICRO, usdc_text
 from gpu_share.protocol.nodes import NodeStatus, SandboxKind, Tier
 from gpu_share.protocol.reliability import Reliability
 from gpu_share.protocol.runtimes import RuntimeName
+
+
+class Placeable(Protocol):
+    """An invoke as placement reads it: an `InvokeRow`, or the claim's driver row."""
+
+    @property
+    def runtime(self) -> str: ...
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def constraints(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -92,7 +103,7 @@ class Requirements:
         }
 
     @classmethod
-    def of(cls, invoke: InvokeRow) -> "Requirements":
+    def of(cls, invoke: "Placeable") -> "Requirements":
         return cls.from_parts(invoke.runtime, invoke.gpus, invoke.constraints)
 
     @classmethod

@@ -11,11 +11,12 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.orm import ArtifactRow, BlobRow, InvokeRow
+from gpu_share.coordinator.core.orm import ArtifactRow, BlobRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
 from gpu_share.coordinator.services.artifacts.artifacts import artifact_url
@@ -71,8 +72,19 @@ async def artifact_ref(
     )
 
 
+class UsesArtifacts(Protocol):
+    """An invoke as far as its files go: an `InvokeRow`, or the claim's driver row."""
+
+    @property
+    def model_artifact_id(self) -> str | None: ...
+    @property
+    def inputs_artifact_id(self) -> str | None: ...
+    @property
+    def checkpoint_artifact_id(self) -> str | None: ...
+
+
 async def load_artifacts(
-    session: AsyncSession, rows: Sequence[InvokeRow]
+    session: AsyncSession, rows: Sequence[UsesArtifacts]
 ) -> dict[str, ArtifactRow]:
     """The artifacts these invokes use, read in one statement rather than one each."""
     ids = {

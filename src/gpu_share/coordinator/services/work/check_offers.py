@@ -38,14 +38,15 @@ def offered(checker: bool) -> str:
 
 
 async def evaluated_outputs(
-    session: AsyncSession, row: InvokeRow, now: datetime, ctx: LeaseContext
+    session: AsyncSession, runtime: str, check_of: str, now: datetime, ctx: LeaseContext
 ) -> wire.EvaluatedOutputs | None:
-    """For a spot check of a training that ended done: the outputs its node returned.
+    """For a spot check (of invoke `check_of`) of a training that ended done: the outputs
+    its node returned.
     Inline, or the tenant's outputs artifact its URL names; None when there is nothing of
     the tenant's to score (the check then finds the outputs missing)."""
-    if RuntimeName(row.runtime).kind != "train" or row.check_of is None:
+    if RuntimeName(runtime).kind != "train":
         return None
-    checked = await session.get(InvokeRow, row.check_of)
+    checked = await session.get(InvokeRow, check_of)
     if checked is None or checked.status != InvokeStatus.DONE.value or not checked.result:
         return None
     inline = checked.result.get("outputs_inline_base64")

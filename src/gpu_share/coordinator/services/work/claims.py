@@ -12,15 +12,14 @@ import functools
 import time
 from datetime import datetime, timedelta
 
-from sqlalchemy import Select, String, bindparam, func, literal, select
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import metrics
-from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.db import Database, driver_of
 from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.errors import NotFound
-from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow
+from gpu_share.coordinator.core.orm import NodeRow, ProviderRow
 from gpu_share.coordinator.services.nodes.placement import (
     Requirements,
     in_window,
@@ -202,7 +201,7 @@ async def _claim(
         node.polling_until = polling_until
         node.poll_free_slots, node.poll_free_gpus = free, request.free_gpus
         return []
-    locked = (await session.scalars(_first_unheld(session, list(order), free * 4))).all()
+    locked = await _first_unheld(session, list(order), free * 4)
     artifacts = await artifact_refs.load_artifacts(session, locked)
     jobs: list[wire.LeasedJob] = []
     served: set[str] = set()
@@ -244,24 +243,37 @@ async def _claim(
     return jobs
 
 
-def _first_unheld(session: AsyncSession, ranked: list[str], count: int) -> Select[InvokeRow]:
+_FIRST_UNHELD = {
+    "postgresql": Sql(
+        f"SELECT {', '.join(leased_jobs.QUEUED_COLUMNS)} FROM invokes"  # noqa: S608
+        f" WHERE status = '{InvokeStatus.QUEUED.value}' AND id = ANY(:ranked)"
+        " ORDER BY array_position(:ranked, id) LIMIT :count FOR UPDATE SKIP LOCKED"
+    ),
+    "sqlite": Sql(
+        f"SELECT {', '.join(leased_jobs.QUEUED_COLUMNS)} FROM invokes"  # noqa: S608
+        f" WHERE status = '{InvokeStatus.QUEUED.value}'"
+        " AND id IN (SELECT value FROM json_each(:ranked))",
+        jsons=("ranked", "constraints", "gpu_indices", "outputs_upload"),
+    ),
+}
+
+
+async def _first_unheld(
+    session: AsyncSession, ranked: list[str], count: int
+) -> list[leased_jobs.Queued]:
     """The first `count` of `ranked` still queued, locked, passing over those other claims
     hold: on PostgreSQL in one statement (`SKIP LOCKED` walks the order until it has
     `count`), so agents claiming at once spread over the queue. Locking the first `count`
     alone, every agent but one lost the race for the head of a deep queue and slept until
     a wake-up or its poll's `max_wait` (bench/README.md, `scale.py`). SQLite runs one
-    write transaction at a time: the head is never held."""
-    queued = InvokeRow.status == InvokeStatus.QUEUED.value
-    if session.get_bind().dialect.name != "postgresql":
-        return select(InvokeRow).where(queued, InvokeRow.id.in_(ranked[:count]))
-    position = func.array_position(literal(ranked, ARRAY(String)), InvokeRow.id)
-    return (
-        select(InvokeRow)
-        .where(queued, InvokeRow.id.in_(ranked))
-        .order_by(position)
-        .limit(count)
-        .with_for_update(skip_locked=True)
-    )
+    write transaction at a time: the head is never held. On the driver (`driver_sql`):
+    every claim that finds work runs it."""
+    tx = await driver_of(session)
+    if tx.dialect == "postgresql":
+        rows = await tx.fetch(_FIRST_UNHELD[tx.dialect], ranked=ranked, count=count)
+    else:
+        rows = await tx.fetch(_FIRST_UNHELD[tx.dialect], ranked=ranked[:count])
+    return [leased_jobs.Queued.of(row) for row in rows]
 
 
 @functools.cache

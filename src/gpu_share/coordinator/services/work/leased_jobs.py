@@ -6,11 +6,14 @@ node gets is `claims`'; what happens to a lease afterwards is `leases`'.
 
 import secrets
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.orm import ArtifactRow, InvokeRow, NodeRow
+from gpu_share.coordinator.core.driver_sql import Row as DriverRow
+from gpu_share.coordinator.core.orm import ArtifactRow, NodeRow
 from gpu_share.coordinator.services.money import billing
 from gpu_share.coordinator.services.work import check_offers, invoke_state
 from gpu_share.coordinator.services.work.artifact_refs import LeaseContext, artifact_ref
@@ -21,9 +24,41 @@ from gpu_share.protocol.invokes import OutputsUpload, Priority
 from gpu_share.protocol.runtimes import RuntimeName
 
 
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A queued invoke as a claim leases it: read and locked on the driver (`claims`)."""
+
+    id: str
+    tenant_id: str
+    runtime: str
+    priority: str
+    gpus: int
+    constraints: dict[str, Any]
+    timeout_sec: int
+    attempts: int
+    reservation_id: str | None
+    check_of: str | None
+    gpu_indices: list[int] | None
+    model_url: str
+    model_artifact_id: str | None
+    model_sha256: str | None
+    inputs_url: str
+    inputs_artifact_id: str | None
+    inputs_sha256: str | None
+    checkpoint_artifact_id: str | None
+    outputs_upload: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, row: DriverRow) -> "Queued":
+        return cls(*(row[name] for name in QUEUED_COLUMNS))
+
+
+QUEUED_COLUMNS = tuple(field.name for field in fields(Queued))
+
+
 async def lease_invoke(
     session: AsyncSession,
-    row: InvokeRow,
+    row: Queued,
     node: NodeRow,
     now: datetime,
     ctx: LeaseContext,
@@ -102,7 +137,7 @@ async def lease_invoke(
         checkpoint=checkpoint,
         gpu_indices=gpu_indices or None,
         started=start,
-        evaluate=await check_offers.evaluated_outputs(session, row, now, ctx)
+        evaluate=await check_offers.evaluated_outputs(session, row.runtime, row.check_of, now, ctx)
         if row.check_of is not None
         else None,
     )
