@@ -11,15 +11,15 @@ it takes is leased by `leased_jobs`; what happens to a lease afterwards is `leas
 import functools
 import time
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core import metrics
+from gpu_share.coordinator.core import driver_models, metrics
 from gpu_share.coordinator.core.db import Database, driver_of
 from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.errors import NotFound
-from gpu_share.coordinator.core.orm import NodeRow, ProviderRow
+from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.coordinator.services.nodes.placement import (
     Requirements,
     in_window,
@@ -76,7 +76,18 @@ async def claim(
     counted for /metrics (`_claim` decides)."""
     started = time.perf_counter()
     try:
-        jobs = await _claim(session, node_id, request, now, ctx, polling_until=polling_until)
+        tx = await driver_of(session)
+        found = await tx.fetchrow(_NODE_AND_PROVIDER, node_id=node_id)
+        if found is None:
+            raise NotFound(f"node {node_id} does not exist")
+        node = driver_models.transient(NodeRow, found)
+        marks = _marks(node)
+        jobs = await _claim(
+            session, node, found["provider_suspended_at"], request, now, ctx, polling_until
+        )
+        changed = {name: value for name, value in _marks(node).items() if value != marks[name]}
+        if changed:
+            await tx.execute(_marking(tuple(sorted(changed))), node_id=node_id, **changed)
     finally:
         metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
     if jobs:
@@ -84,16 +95,43 @@ async def claim(
     return jobs
 
 
+_NODE_AND_PROVIDER = driver_models.whole_row(
+    NodeRow,
+    "JOIN providers ON providers.id = nodes.provider_id WHERE nodes.id = :node_id",
+    extra=", providers.suspended_at AS provider_suspended_at",
+    extra_datetimes=("provider_suspended_at",),
+)
+"""The claiming node, and whether its provider is suspended."""
+
+_MARKS = ("last_seen_at", "polling_until", "poll_free_slots", "poll_free_gpus")
+"""What a claim writes on its node: seen (as a heartbeat does), and whether it waits in a
+long-poll for work, and for how much (`rivals`)."""
+
+
+def _marks(node: NodeRow) -> dict[str, Any]:
+    return {name: getattr(node, name) for name in _MARKS}
+
+
+@functools.cache
+def _marking(names: tuple[str, ...]) -> Sql:
+    """The UPDATE of the marks a claim changed (`_MARKS`), and only those: a heartbeat's
+    later `last_seen_at` is never written over with an older one."""
+    assert set(names) <= set(_MARKS), names
+    settings = ", ".join(f"{name} = :{name}" for name in names)
+    return Sql(f"UPDATE nodes SET {settings} WHERE id = :node_id")  # noqa: S608 (_MARKS)
+
+
 async def _claim(
     session: AsyncSession,
-    node_id: str,
+    node: NodeRow,
+    provider_suspended_at: datetime | None,
     request: wire.LeaseRequest,
     now: datetime,
     ctx: LeaseContext,
-    *,
     polling_until: datetime | None,
 ) -> list[wire.LeasedJob]:
-    """Lease up to `request.slots` jobs to this node, or none.
+    """Lease up to `request.slots` jobs to this node, or none; marks on `node` (a row
+    read on the driver, in no session) what the caller writes (`_MARKS`).
 
     Which job: on-demand before spot, then fair share across tenants (the tenant served
     longest ago first, round robin within one claim), then oldest first. Whether this
@@ -102,10 +140,7 @@ async def _claim(
     (so a better node that went away never holds work up). `polling_until`: this node
     waits until then if nothing comes, and rivals see it as waiting.
     """
-    found = (await session.execute(_node_and_provider(), {"node_id": node_id})).one_or_none()
-    if found is None:
-        raise NotFound(f"node {node_id} does not exist")
-    node, provider_suspended_at = found
+    node_id = node.id
     if node.last_seen_at is None or now - node.last_seen_at >= SEEN_RESOLUTION:
         node.last_seen_at = now
     # Quarantined (`node_listed`) or its provider suspended: no work (docs/trust.md).
@@ -274,14 +309,3 @@ async def _first_unheld(
     else:
         rows = await tx.fetch(_FIRST_UNHELD[tx.dialect], ranked=ranked[:count])
     return [leased_jobs.Queued.of(row) for row in rows]
-
-
-@functools.cache
-def _node_and_provider() -> Select[NodeRow, datetime | None]:
-    """The claiming node and whether its provider is suspended, in one statement for
-    `:node_id`; built once."""
-    return (
-        select(NodeRow, ProviderRow.suspended_at)
-        .join(ProviderRow, ProviderRow.id == NodeRow.provider_id)
-        .where(NodeRow.id == bindparam("node_id"))
-    )

@@ -1,0 +1,50 @@
+"""Whole rows of an ORM model read on the driver (`driver_sql`), as transient objects.
+
+For a hot path that needs a model's row as the rest of the code reads it (the claiming
+node, which placement, pricing and trust all take as a `NodeRow`) without the ORM's
+statement compilation, identity map and flush. The object is transient: it belongs to
+no session, and what is assigned to it is written nowhere. A caller that changes the
+row writes the change itself, on the driver.
+
+The columns, and which of them are JSON, datetimes or booleans, come from the model's
+table, so a column added to the model is read here too.
+"""
+
+from typing import Any, TypeVar
+
+from sqlalchemy import JSON, Boolean, DateTime
+
+from gpu_share.coordinator.core.driver_sql import Row, Sql
+from gpu_share.coordinator.core.orm import Base, UTCDateTime
+
+M = TypeVar("M", bound=Base)
+
+
+def whole_row(
+    model: type[Base], rest: str, *, extra: str = "", extra_datetimes: tuple[str, ...] = ()
+) -> Sql:
+    """`SELECT` every column of `model`'s table (qualified by its name), then `extra`
+    columns (those of them that are datetimes named in `extra_datetimes`), `FROM` the
+    table, then `rest` (joins, `WHERE`, locks)."""
+    table = model.__table__
+    name = str(model.__tablename__)
+    columns = ", ".join(f"{name}.{column.name}" for column in table.columns)
+    return Sql(
+        f"SELECT {columns}{extra} FROM {name} {rest}",  # noqa: S608 (the model's names)
+        datetimes=[
+            *(c.name for c in table.columns if isinstance(c.type, UTCDateTime | DateTime)),
+            *extra_datetimes,
+        ],
+        jsons=[c.name for c in table.columns if isinstance(c.type, JSON)],
+    )
+
+
+def transient(model: type[M], row: Row) -> M:
+    """The model's object with `row`'s values (read with `whole_row`), in no session."""
+    values: dict[str, Any] = {}
+    for column in model.__table__.columns:
+        value = row[column.name]
+        if isinstance(column.type, Boolean) and value is not None:
+            value = bool(value)  # SQLite keeps 0 and 1
+        values[column.key] = value
+    return model(**values)
