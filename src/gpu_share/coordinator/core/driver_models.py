@@ -13,6 +13,7 @@ table, so a column added to the model is read here too.
 from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Boolean, DateTime
+from sqlalchemy.orm.instrumentation import manager_of_class
 
 from gpu_share.coordinator.core.driver_sql import Row, Sql
 from gpu_share.coordinator.core.orm import Base, UTCDateTime
@@ -40,11 +41,18 @@ def whole_row(
 
 
 def transient(model: type[M], row: Row) -> M:
-    """The model's object with `row`'s values (read with `whole_row`), in no session."""
+    """The model's object with `row`'s values (read with `whole_row`), in no session.
+
+    Made as the ORM's own loading makes an object (its class manager's `new_instance`,
+    then the values in its `__dict__`), not through `__init__`, which sets each column
+    through its instrumented attribute: ~2 µs a row against ~35–55 µs for a node's 38
+    columns."""
     values: dict[str, Any] = {}
     for column in model.__table__.columns:
         value = row[column.name]
         if isinstance(column.type, Boolean) and value is not None:
             value = bool(value)  # SQLite keeps 0 and 1
         values[column.key] = value
-    return model(**values)
+    made: M = manager_of_class(model).new_instance()
+    made.__dict__.update(values)
+    return made

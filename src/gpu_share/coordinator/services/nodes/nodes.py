@@ -1,12 +1,13 @@
 """Nodes: registration by agents, heartbeats, and what tenants see of them."""
 
-import functools
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, bindparam, delete, func, select
+from sqlalchemy import Select, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core import driver_models
+from gpu_share.coordinator.core.db import driver_of
 from gpu_share.coordinator.core.driver_sql import DriverTx, Sql
 from gpu_share.coordinator.core.errors import NotFound
 from gpu_share.coordinator.core.ids import new_id
@@ -254,20 +255,25 @@ async def list_nodes(
     return nodes
 
 
+_LIVE = driver_models.whole_row(
+    NodeRow,
+    "WHERE nodes.last_seen_at >= :live_since AND nodes.provider_id NOT IN"
+    " (SELECT id FROM providers WHERE suspended_at IS NOT NULL)",
+)
+"""`live_nodes`' statement, for `:live_since`."""
+
+
 async def live_nodes(session: AsyncSession, now: datetime, settings: Settings) -> list[NodeRow]:
     """Nodes heard from recently, listed or not (placement's `serves` says which serve),
-    but for those of a suspended provider: they get no work, whatever their rows say."""
+    but for those of a suspended provider: they get no work, whatever their rows say.
+
+    Every submit weighs them all: read on the driver (`driver_models`), as rows in no
+    session. A caller that changes a node reads it with `session.get`."""
     cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
-    return list((await session.scalars(_live(), {"live_since": cutoff})).all())
-
-
-@functools.cache
-def _live() -> Select[NodeRow]:
-    """`live_nodes`' statement for `:live_since`; built once (every submit reads it)."""
-    return select(NodeRow).where(
-        NodeRow.last_seen_at >= bindparam("live_since", type_=NodeRow.last_seen_at.type),
-        NodeRow.provider_id.not_in(_suspended_providers()),
-    )
+    tx = await driver_of(session)
+    return [
+        driver_models.transient(NodeRow, row) for row in await tx.fetch(_LIVE, live_since=cutoff)
+    ]
 
 
 async def count_online(session: AsyncSession, now: datetime, settings: Settings) -> int:
