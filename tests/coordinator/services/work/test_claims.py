@@ -4,12 +4,12 @@ memory sessions leave; on-demand before spot; tenants in turn; a better-ranked n
 waiting in its long-poll first (the long-poll itself: `test_lease_polls.py`)."""
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.coordinator.services.work import rivals
@@ -238,27 +238,24 @@ async def test_a_claim_of_jobs_past_the_grace_reads_no_rivals(
     tenant: TenantHandle,
     sim_agent: AgentFactory,
     clock: FrozenClock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Reading the rivals loads every node waiting in a long-poll (a thousand in an idle
     # fleet); only a job young enough to be left to one of them needs it.
     agent = await sim_agent()
     young, old = await submit(client, tenant), await submit(client, tenant)
-    statements: list[str] = []
+    reads: list[datetime] = []
+    read_rivals = rivals.better_pollers
 
-    def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        statements.append(statement)
+    async def counted(session: AsyncSession, node: NodeRow, now: datetime) -> list[NodeRow]:
+        reads.append(now)
+        return await read_rivals(session, node, now)
 
-    engine = app.state.replica.db.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", seen)
-    try:
-        (job,) = await agent.lease()
-        assert job.invoke_id == young
-        assert sum("polling_until >" in s for s in statements) == 1
-        await agent.complete(job)
-        clock.advance(rivals.RANKING_GRACE_SEC + 1)
-        statements.clear()
-        assert [j.invoke_id for j in await agent.lease()] == [old]
-        # the rivals' read is the ORM's: the listener saw it for the young job above
-        assert not any("polling_until >" in s for s in statements)
-    finally:
-        event.remove(engine, "before_cursor_execute", seen)
+    monkeypatch.setattr(rivals, "better_pollers", counted)
+    (job,) = await agent.lease()
+    assert job.invoke_id == young
+    assert len(reads) == 1
+    await agent.complete(job)
+    clock.advance(rivals.RANKING_GRACE_SEC + 1)
+    assert [j.invoke_id for j in await agent.lease()] == [old]
+    assert len(reads) == 1

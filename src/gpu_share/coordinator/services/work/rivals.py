@@ -7,12 +7,12 @@ A node waiting in a long-poll says until when and with how much room
 never holds work up.
 """
 
-import functools
 from datetime import datetime, timedelta
 
-from sqlalchemy import Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core import driver_models
+from gpu_share.coordinator.core.db import driver_of
 from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.coordinator.services.nodes import ranking
 from gpu_share.coordinator.services.nodes.placement import Requirements, serves
@@ -20,22 +20,22 @@ from gpu_share.coordinator.services.nodes.placement import Requirements, serves
 RANKING_GRACE_SEC = 2.0  # after this, any eligible node may take a job a better one left
 
 
+_WAITING = driver_models.whole_row(
+    NodeRow,
+    "WHERE nodes.polling_until > :poll_now AND nodes.id != :poll_node"
+    " AND nodes.poll_free_slots > 0",
+)
+"""Nodes other than `:poll_node` waiting at `:poll_now` with room."""
+
+
 async def better_pollers(session: AsyncSession, node: NodeRow, now: datetime) -> list[NodeRow]:
-    """Other nodes waiting in a long-poll right now with room, ranked above this one."""
-    waiting = (await session.scalars(_waiting(), {"poll_now": now, "poll_node": node.id})).all()
+    """Other nodes waiting in a long-poll right now with room, ranked above this one. On
+    the driver (`driver_models`): a claim of a young job reads every node waiting."""
+    tx = await driver_of(session)
+    rows = await tx.fetch(_WAITING, poll_now=now, poll_node=node.id)
     mine = ranking.rank(node)
+    waiting = (driver_models.transient(NodeRow, row) for row in rows)
     return [other for other in waiting if ranking.rank(other) > mine]
-
-
-@functools.cache
-def _waiting() -> Select[NodeRow]:
-    """Nodes other than `:poll_node` waiting at `:poll_now` with room; built once (every
-    claim that finds work reads it)."""
-    return select(NodeRow).where(
-        NodeRow.polling_until > bindparam("poll_now", type_=NodeRow.polling_until.type),
-        NodeRow.id != bindparam("poll_node"),
-        NodeRow.poll_free_slots > 0,
-    )
 
 
 def in_grace(created_at: datetime, now: datetime) -> bool:
