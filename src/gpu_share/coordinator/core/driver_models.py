@@ -1,4 +1,5 @@
-"""Whole rows of an ORM model read on the driver (`driver_sql`), as transient objects.
+"""Whole rows of an ORM model on the driver (`driver_sql`): read as transient objects, and
+written from one.
 
 For a hot path that needs a model's row as the rest of the code reads it (the claiming
 node, which placement, pricing and trust all take as a `NodeRow`) without the ORM's
@@ -10,6 +11,7 @@ The columns, and which of them are JSON, datetimes or booleans, come from the mo
 table, so a column added to the model is read here too.
 """
 
+import functools
 from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Boolean, DateTime
@@ -56,3 +58,34 @@ def transient(model: type[M], row: Row) -> M:
     made: M = manager_of_class(model).new_instance()
     made.__dict__.update(values)
     return made
+
+
+@functools.cache
+def insert_of(model: type[Base]) -> Sql:
+    """The `INSERT` of one `model` row, every column named (`flushed_values` gives them)."""
+    table = model.__table__
+    names = [column.name for column in table.columns]
+    return Sql(
+        f"INSERT INTO {model.__tablename__} ({', '.join(names)})"  # noqa: S608 (the model's names)
+        f" VALUES ({', '.join(f':{name}' for name in names)})",
+        jsons=[c.name for c in table.columns if isinstance(c.type, JSON)],
+    )
+
+
+def flushed_values(obj: Base) -> dict[str, Any]:
+    """An object's row for `insert_of`, as the ORM's flush makes it: what was set on it,
+    else the column's default (a plain value), which is set on the object too; SQL NULL
+    where there is neither. A column the database fills (a server default) and that was
+    not set is refused: name it."""
+    values: dict[str, Any] = {}
+    for column in type(obj).__table__.columns:
+        if column.key in obj.__dict__:
+            values[column.name] = obj.__dict__[column.key]
+        elif column.default is not None and column.default.is_scalar:
+            values[column.name] = column.default.arg
+            setattr(obj, column.key, column.default.arg)
+        elif column.default is not None or column.server_default is not None:
+            raise ValueError(f"{column.key}: set it (its default is not a plain value)")
+        else:
+            values[column.name] = None
+    return values

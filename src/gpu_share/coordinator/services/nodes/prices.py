@@ -9,17 +9,17 @@ placement, ranking and the marketplace: `refresh_node` rewrites it whenever a pr
 set or removed and whenever the node's inventory changes.
 """
 
-import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.db import driver_of
+from gpu_share.coordinator.core.driver_sql import Row as DriverRow
 from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.errors import NotFound, ValidationFailed
 from gpu_share.coordinator.core.orm import NodeRow, ProviderPriceRow
@@ -86,7 +86,26 @@ async def hourly_rate(session: AsyncSession, node: NodeRow, *, spot: bool) -> in
     the highest of their prices."""
     tx = await driver_of(session)
     rows = await tx.fetch(_PRICES_OF_PROVIDER, provider=node.provider_id)
-    rates = [
+    rates = _rates_of(rows)
+    return _rate(node, rates, spot=spot)
+
+
+_PRICES_OF_PROVIDERS = {
+    "postgresql": Sql(
+        "SELECT provider_id, gpu_model, price_micro_per_hour, spot_discount_bps"
+        " FROM provider_prices WHERE provider_id = ANY(:providers)"
+    ),
+    "sqlite": Sql(
+        "SELECT provider_id, gpu_model, price_micro_per_hour, spot_discount_bps"
+        " FROM provider_prices WHERE provider_id IN (SELECT value FROM json_each(:providers))",
+        jsons=("providers",),
+    ),
+}
+"""Every price of `:providers`; on the driver (`driver_sql`): every submit reads it."""
+
+
+def _rates_of(rows: Iterable[DriverRow]) -> list[Rate]:
+    return [
         Rate(
             row["provider_id"],
             row["gpu_model"],
@@ -95,15 +114,6 @@ async def hourly_rate(session: AsyncSession, node: NodeRow, *, spot: bool) -> in
         )
         for row in rows
     ]
-    return _rate(node, rates, spot=spot)
-
-
-@functools.cache
-def _prices_of_providers() -> Select[ProviderPriceRow]:
-    """Every price of `:price_providers`; built once (every submit reads it)."""
-    return select(ProviderPriceRow).where(
-        ProviderPriceRow.provider_id.in_(bindparam("price_providers", expanding=True))
-    )
 
 
 async def on_demand_rates(session: AsyncSession, nodes: Sequence[NodeRow]) -> dict[str, int]:
@@ -112,10 +122,11 @@ async def on_demand_rates(session: AsyncSession, nodes: Sequence[NodeRow]) -> di
     providers = sorted({node.provider_id for node in nodes})
     if not providers:
         return {}
-    rows = (await session.scalars(_prices_of_providers(), {"price_providers": providers})).all()
-    by_provider: dict[str, list[ProviderPriceRow]] = {}
-    for row in rows:
-        by_provider.setdefault(row.provider_id, []).append(row)
+    tx = await driver_of(session)
+    rows = await tx.fetch(_PRICES_OF_PROVIDERS[tx.dialect], providers=providers)
+    by_provider: dict[str, list[Rate]] = {}
+    for rate in _rates_of(rows):
+        by_provider.setdefault(rate.provider_id, []).append(rate)
     return {
         node.id: _rate(node, by_provider.get(node.provider_id, ()), spot=False) for node in nodes
     }

@@ -12,7 +12,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core import driver_models
+from gpu_share.coordinator.core.db import Database, driver_of
 from gpu_share.coordinator.core.errors import (
     Conflict,
     InsufficientBalance,
@@ -342,9 +343,12 @@ async def create(
                 reservation_id=body.reservation_id,
                 webhook_url=body.webhook_url,
             )
-            session.add(row)
-            await session.flush()
             await _reserve(session, settings, row, reserve, now)
+            # Every submit writes one: on the driver (`driver_models`), in this transaction.
+            tx = await driver_of(session)
+            await tx.execute(
+                driver_models.insert_of(InvokeRow), **driver_models.flushed_values(row)
+            )
             invoke = to_wire(row)
     except IntegrityError:
         if idempotency_key is None:
