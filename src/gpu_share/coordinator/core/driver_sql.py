@@ -1,12 +1,14 @@
 """Hot statements on the driver itself: asyncpg on PostgreSQL, aiosqlite on SQLite.
 
 A statement through SQLAlchemy costs this process ~100–190 µs of CPU; the same on
-asyncpg ~15 µs (`bench/statement_cost.py`). The few statements every node sends every
-few seconds (its heartbeat) are therefore written as SQL here and run on the driver's
-connection, taken from the same pool as every other transaction (`Database.driver_write`).
-Everything else stays on the ORM: this is for paths whose cost is counted per node and
-per second, and each such statement has its SQLAlchemy-era behaviour pinned by tests on
-both databases.
+asyncpg ~15 µs (`bench/statement_cost.py`). The statements every node sends every few
+seconds (its heartbeat) and every job sends (its submit, its claim, its result) are
+therefore written as SQL and run on the driver's connection: a transaction of their own
+taken from the same pool as every other (`Database.driver_write`), or the write session's
+own transaction (`db.driver_of`), where the ORM's cold statements (the ledger, webhooks)
+join them. Everything else stays on the ORM: this is for paths whose cost is counted
+per node and per second or per job, and each such statement keeps its SQLAlchemy-era
+behaviour, pinned by tests on both databases. Whole rows of a model: `driver_models`.
 
 A statement is written once with `:name` parameters (`Sql`). asyncpg gets it as `$1…`
 and prepares it once per connection (its statement cache); sqlite3 takes `:name` as is.
