@@ -81,3 +81,34 @@ async def test_a_keyed_publish_reaches_the_watcher_on_another_replica(db_url: st
     finally:
         await here.close()
         await there.close()
+
+
+async def test_a_replica_wakes_its_own_waiters_once_per_publish(db_url: str) -> None:
+    if not db_url.startswith("postgresql"):
+        pytest.skip("replicas tell each other through PostgreSQL only")
+    here, there = PostgresNotifier(db_url), PostgresNotifier(db_url)
+    await here.start()
+    await there.start()
+    try:
+        for _ in range(100):  # until both listen (connecting wakes all)
+            seen = there.version(Channel.WORK)
+            await here.publish(Channel.WORK)
+            await there.wait(Channel.WORK, seen, 0.1)
+            if there.version(Channel.WORK) != seen:
+                break
+        await asyncio.sleep(0.2)  # both listening: nothing of the warm-up left in flight
+        mine, theirs = here.version(Channel.WORK), there.version(Channel.WORK)
+        for _ in range(3):
+            await here.publish(Channel.WORK)
+        for _ in range(250):  # until the other replica heard all three
+            if there.version(Channel.WORK) >= theirs + 3:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # our own NOTIFYs, heard back by now if they wake us
+        # Each publish wakes this replica once (the publish itself, not its echo), as it
+        # wakes the other: anyone else's NOTIFY on the database would reach both alike.
+        assert there.version(Channel.WORK) - theirs >= 3
+        assert here.version(Channel.WORK) - mine == there.version(Channel.WORK) - theirs
+    finally:
+        await here.close()
+        await there.close()

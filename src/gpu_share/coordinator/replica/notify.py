@@ -122,6 +122,9 @@ class PostgresNotifier(Notifier):
         self._listener: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self._sender: asyncpg.Connection | None = None
+        self._sender_pid: int | None = None
+        """The backend our NOTIFYs come from: hearing them back would wake every waiter
+        here a second time (an idle long-poll re-reads the queue on each wake-up)."""
         self._send_lock = asyncio.Lock()
         self._stop = asyncio.Event()
 
@@ -154,7 +157,9 @@ class PostgresNotifier(Notifier):
                     self._listener = None
             await backoff.sleep(self._stop)
 
-    def _on_notify(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
+    def _on_notify(self, _conn: Any, pid: int, channel: str, payload: str) -> None:
+        if pid == self._sender_pid:
+            return  # this replica's own publish, whose waiters `publish` woke already
         with contextlib.suppress(ValueError):
             self.bump(Channel(channel), payload or None)
 
@@ -164,6 +169,7 @@ class PostgresNotifier(Notifier):
             async with self._send_lock:
                 if self._sender is None or self._sender.is_closed():
                     self._sender = await asyncpg.connect(self._dsn)
+                    self._sender_pid = self._sender.get_server_pid()
                 await self._sender.execute("SELECT pg_notify($1, $2)", channel.value, key or "")
         except Exception as exc:  # other replicas fall back to their max_wait polling
             log.warning("NOTIFY failed: %s", exc)
