@@ -3,6 +3,7 @@ included, is one JSON object."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from gpu_share.coordinator.core.settings import Settings
 from gpu_share.testing.factories import TEST_ADMIN_KEY
 from gpu_share.testing.servers import free_port
 
@@ -71,3 +73,39 @@ def test_a_metrics_folder_that_is_not_there_stops_the_server_saying_so(tmp_path:
         f"gpu-share server: PROMETHEUS_MULTIPROC_DIR={missing} is not a folder: create it "
         "(empty) before the server processes start, or unset it to count each process apart"
     )
+
+
+def test_a_connection_idle_for_a_heartbeat_interval_is_still_open(tmp_path: Path) -> None:
+    # An agent's heartbeat reuses its connection after 5 s idle: the server must not be
+    # closing it at that moment (uvicorn's own keep-alive is 5 s).
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gpu_share.cli.main", "server", "--port", str(port)],
+        env={
+            **os.environ,
+            "GPUSHARE_DATA_DIR": str(tmp_path),
+            "GPUSHARE_ADMIN_KEY": TEST_ADMIN_KEY,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    request = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                connection = socket.create_connection(("127.0.0.1", port), timeout=10)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not start"
+                assert server.poll() is None, "the server exited"
+                time.sleep(0.1)
+        with connection:
+            for pause in (0.0, Settings().heartbeat_interval_sec + 1):
+                time.sleep(pause)
+                connection.sendall(request)
+                answer = connection.recv(65536)
+                assert answer.startswith(b"HTTP/1.1 200"), (pause, answer[:80])
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)

@@ -198,6 +198,8 @@ class CoordinatorServer:
         lines, `gpu_share.logs`) instead of uvicorn's own."""
         import uvicorn
 
+        from gpu_share.coordinator.http.sockets import KEEP_ALIVE_SEC
+
         uvicorn_logging: dict[str, Any] = {} if own_log_format else {"log_config": None}
 
         self._sock = sock
@@ -215,6 +217,7 @@ class CoordinatorServer:
             # The app reads X-Forwarded-For itself, from the proxies the operator names
             # (GPUSHARE_TRUSTED_PROXIES); uvicorn's own default trusts 127.0.0.1.
             proxy_headers=False,
+            timeout_keep_alive=KEEP_ALIVE_SEC,
         )
         self._server = _uvicorn_server(app, config)
         self.serving: asyncio.Task[None] | None = None  # ends when the server does

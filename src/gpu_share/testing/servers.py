@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 import uvicorn
 from fastapi import FastAPI
 
+from gpu_share.coordinator.http.sockets import KEEP_ALIVE_SEC
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -36,6 +38,7 @@ async def serve(
         lifespan="on" if lifespan else "off",
         timeout_graceful_shutdown=1,  # do not wait out agents' long-polls
         proxy_headers=False,  # as `gpu-share server`: the app decides whom to believe
+        timeout_keep_alive=KEEP_ALIVE_SEC,  # as `gpu-share server`: no heartbeat meets a close
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

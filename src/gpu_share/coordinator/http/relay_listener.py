@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.types import ASGIApp
 
-from gpu_share.coordinator.http.sockets import bound_tcp
+from gpu_share.coordinator.http.sockets import KEEP_ALIVE_SEC, bound_tcp
 
 _IN_RELAY = contextvars.ContextVar("in_relay_listener", default=False)
 
@@ -43,6 +43,7 @@ class RelayListener:
             log_level=None,
             lifespan="off",
             proxy_headers=False,
+            timeout_keep_alive=KEEP_ALIVE_SEC,  # peers forward on kept-alive connections
         )
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None

@@ -3,6 +3,14 @@ the relay's (`relay_listener`), made one way."""
 
 import socket
 
+KEEP_ALIVE_SEC = 75
+"""How long an idle keep-alive connection to our servers stays open. uvicorn's default
+(5 s) is the agents' heartbeat interval and httpx's own keep-alive expiry: a request
+sent on a connection the server was closing at that moment failed with a read error
+(10–32 heartbeats in 30 s among 300 agents, `bench/scale.py`; none since). Longer than
+the idle timeouts of the load balancers put in front (60 s is common), so they close
+first, never the server under them."""
+
 
 def bound_tcp(host: str, port: int) -> socket.socket:
     """A TCP socket bound to `host:port` (port 0: any free one), not listening yet;
