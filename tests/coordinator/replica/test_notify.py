@@ -2,6 +2,7 @@
 across replicas (PostgreSQL LISTEN/NOTIFY with the key as payload)."""
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -54,61 +55,65 @@ async def test_watches_leave_nothing_behind() -> None:
     assert notifier._watchers == {}
 
 
-async def test_a_keyed_publish_reaches_the_watcher_on_another_replica(db_url: str) -> None:
+@pytest.fixture
+async def replicas(db_url: str) -> AsyncIterator[tuple[PostgresNotifier, PostgresNotifier]]:
+    """Two replicas' notifiers on one database: here, and there."""
     if not db_url.startswith("postgresql"):
         pytest.skip("replicas tell each other through PostgreSQL only")
     here, there = PostgresNotifier(db_url), PostgresNotifier(db_url)
     await here.start()
     await there.start()
     try:
-        with (
-            there.watch(Channel.FINISHED, "inv_a") as a,
-            there.watch(Channel.FINISHED, "inv_b") as b,
-        ):
-            for _ in range(100):  # until the other replica listens (connecting wakes all)
-                a.clear()
-                await here.publish(Channel.FINISHED, "inv_a")
-                await there.wait_watched(a, 0.1)
-                if a.is_set():
-                    break
+        yield here, there
+    finally:
+        await here.close()
+        await there.close()
+
+
+async def test_a_keyed_publish_reaches_the_watcher_on_another_replica(
+    replicas: tuple[PostgresNotifier, PostgresNotifier],
+) -> None:
+    here, there = replicas
+    with (
+        there.watch(Channel.FINISHED, "inv_a") as a,
+        there.watch(Channel.FINISHED, "inv_b") as b,
+    ):
+        for _ in range(100):  # until the other replica listens (connecting wakes all)
             a.clear()
-            b.clear()
             await here.publish(Channel.FINISHED, "inv_a")
-            await there.wait_watched(a, 5)
-
-            assert a.is_set()
-            assert not b.is_set()
-    finally:
-        await here.close()
-        await there.close()
-
-
-async def test_a_replica_wakes_its_own_waiters_once_per_publish(db_url: str) -> None:
-    if not db_url.startswith("postgresql"):
-        pytest.skip("replicas tell each other through PostgreSQL only")
-    here, there = PostgresNotifier(db_url), PostgresNotifier(db_url)
-    await here.start()
-    await there.start()
-    try:
-        for _ in range(100):  # until both listen (connecting wakes all)
-            seen = there.version(Channel.WORK)
-            await here.publish(Channel.WORK)
-            await there.wait(Channel.WORK, seen, 0.1)
-            if there.version(Channel.WORK) != seen:
+            await there.wait_watched(a, 0.1)
+            if a.is_set():
                 break
-        await asyncio.sleep(0.2)  # both listening: nothing of the warm-up left in flight
-        mine, theirs = here.version(Channel.WORK), there.version(Channel.WORK)
-        for _ in range(3):
-            await here.publish(Channel.WORK)
-        for _ in range(250):  # until the other replica heard all three
-            if there.version(Channel.WORK) >= theirs + 3:
+        a.clear()
+        b.clear()
+        await here.publish(Channel.FINISHED, "inv_a")
+        await there.wait_watched(a, 5)
+
+        assert a.is_set()
+        assert not b.is_set()
+
+
+async def test_a_replica_wakes_its_own_waiters_once_per_publish(
+    replicas: tuple[PostgresNotifier, PostgresNotifier],
+) -> None:
+    here, there = replicas
+    for sender, listener in ((here, there), (there, here)):  # until each hears the other
+        for _ in range(100):  # (a listener that connects wakes all: not in the count below)
+            seen = listener.version(Channel.WORK)
+            await sender.publish(Channel.WORK)
+            await listener.wait(Channel.WORK, seen, 0.1)
+            if listener.version(Channel.WORK) != seen:
                 break
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.2)  # our own NOTIFYs, heard back by now if they wake us
-        # Each publish wakes this replica once (the publish itself, not its echo), as it
-        # wakes the other: anyone else's NOTIFY on the database would reach both alike.
-        assert there.version(Channel.WORK) - theirs >= 3
-        assert here.version(Channel.WORK) - mine == there.version(Channel.WORK) - theirs
-    finally:
-        await here.close()
-        await there.close()
+    await asyncio.sleep(0.2)  # both listening: nothing of the warm-up left in flight
+    mine, theirs = here.version(Channel.WORK), there.version(Channel.WORK)
+    for _ in range(3):
+        await here.publish(Channel.WORK)
+    for _ in range(250):  # until the other replica heard all three
+        if there.version(Channel.WORK) >= theirs + 3:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.2)  # our own NOTIFYs, heard back by now if they wake us
+    # Each publish wakes this replica once (the publish itself, not its echo), as it
+    # wakes the other: anyone else's NOTIFY on the database would reach both alike.
+    assert there.version(Channel.WORK) - theirs >= 3
+    assert here.version(Channel.WORK) - mine == there.version(Channel.WORK) - theirs
