@@ -26,6 +26,7 @@ from gpu_share.testing.servers import free_port
 from gpu_share.testing.stack import FAST_SERVER_ENV, LiveStack
 
 ROOT = Path(__file__).resolve().parents[2]
+INFO_LOG = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ INFO gpu_share\.")
 
 pytestmark = pytest.mark.slow
 
@@ -179,8 +180,11 @@ def test_ctrl_c_stops_up_in_one_line_and_the_running_job_is_requeued_after_resta
     finally:
         stop(up)
     # the agent stopped before the server, so nothing failed on the way down: no 500
-    # (the agent would warn, the server would log the error) and no traceback
-    assert after_ctrl_c.strip() == "stopped; 1 running job(s) will be requeued after the next start"
+    # (the agent would warn, the server would log the error) and no traceback. An INFO
+    # line the agent wrote just before the signal may still be on its way through the
+    # pipe; anything louder is a failure on the way down.
+    said = [line for line in after_ctrl_c.strip().splitlines() if not INFO_LOG.match(line)]
+    assert said == ["stopped; 1 running job(s) will be requeued after the next start"], after_ctrl_c
     assert up.process.returncode == 0
 
     again = start("up", tmp_path / "state", port, env=FAST_SERVER_ENV)

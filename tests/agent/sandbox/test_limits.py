@@ -341,6 +341,21 @@ def sleepers(token: str) -> list[int]:
     ]
 
 
+async def cgroups_gone(jobs_dir: Path, within: float = 30.0) -> bool:
+    """No cgroup of this agent's jobs is left (True at once where it makes none)."""
+    if (cgroups := agent_cgroups(jobs_dir)) is None:
+        return True
+    parents = [folder for folder in (cgroups.unified, *cgroups.v1.values()) if folder is not None]
+
+    def left() -> list[Path]:
+        return [job for parent in parents for job in parent.glob(f"{cgroups.prefix}*")]
+
+    deadline = time.monotonic() + within
+    while left() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return not left()
+
+
 async def gone(token: str, within: float = 30.0) -> bool:
     deadline = time.monotonic() + within
     while sleepers(token) and time.monotonic() < deadline:
@@ -367,6 +382,7 @@ async def test_kill_9_of_the_agent_ends_its_jobs_and_all_they_started(
         agent.kill()
         agent.wait(10)
         assert await gone(token)
+        assert await cgroups_gone(jobs_dir)  # the supervisor removes them before it exits
     finally:
         agent.kill()
         agent.wait(10)

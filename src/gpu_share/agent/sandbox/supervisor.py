@@ -213,10 +213,12 @@ def _count(path: str, key: str) -> int:
 
 
 def _remove_cgroups(procs_files: list[str]) -> None:
-    """Remove the job's (now empty) cgroups; a moment's retry while the kernel lets go."""
+    """Remove the job's (now empty) cgroups; up to 5 s of retries while the kernel lets
+    go (a v1 memory cgroup stays busy a while after its last process, longer on a
+    loaded machine)."""
     for procs in procs_files:
         folder = os.path.dirname(procs)
-        for _ in range(100):
+        for _ in range(500):
             try:
                 os.rmdir(folder)
                 break
