@@ -35,9 +35,7 @@ async def run_once(replica: Replica) -> SpotCheckPass:
         undecided = await spot_checks.undecided(session, now, settings)
     if undecided:
         async with db.write() as session:
-            for invoke_id in undecided:
-                if await spot_checks.decide(session, invoke_id, now, settings) is not None:
-                    done.picked += 1
+            done.picked = len(await spot_checks.decide_all(session, undecided, now, settings))
     async with db.write() as session:
         stale = await spot_checks.stale_checks(session, now, settings)
         done.dropped = await spot_checks.drop(session, stale, now)

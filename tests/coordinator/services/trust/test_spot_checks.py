@@ -200,6 +200,36 @@ async def test_the_rate_falls_with_matches_to_its_floor(
         assert (await session.get(InvokeRow, job)).check_state == "skipped"  # type: ignore[union-attr]
 
 
+async def test_a_pass_decides_its_invokes_together_each_once_by_its_own_draw(
+    bench: SpotCheckBench, tenant: TenantHandle
+) -> None:
+    settings = bench.replica.settings
+    settings.spot_check_start_rate, settings.spot_check_floor_rate = 0.5, 0.03
+    first, second = await bench.node(), await bench.node()
+    await bench.top_up(tenant)
+    on_first = await bench.submit(tenant, count=3)
+    assert await bench.run(first) == on_first
+    on_second = await bench.submit(tenant, count=2)
+    assert await bench.run(second) == on_second
+    picked = {on_first[0], on_first[2], on_second[1]}  # drawn under the rate of 0.5
+    draws = {job: 0.0 if job in picked else 0.9 for job in on_first + on_second}
+    now = bench.clock.now()
+    async with bench.replica.db.write() as session:
+        made = await spot_checks.decide_all(session, list(draws), now, settings, draws=draws)
+    assert {check.check_of for check in made} == picked
+    originals = {row.id: row.check_state for row in await rows(bench, checks=False)}
+    assert originals == {job: "pending" if job in picked else "skipped" for job in draws}
+    async with bench.replica.db.write() as session:  # decided already: nothing happens
+        assert await spot_checks.decide_all(session, list(draws), now, settings) == []
+    async with bench.replica.db.read() as session:
+        for node, decided, checked in ((first, 3, 2), (second, 2, 1)):
+            row = await session.get(NodeRow, node.node_id)
+            assert row is not None and row.spot_checks is not None
+            record = row.spot_checks["runtimes"]["onnx_cuda"]
+            assert (record["decided"], record["checked"]) == (decided, checked), record
+    assert len(await rows(bench, checks=True)) == 3
+
+
 async def test_the_admin_marks_and_unmarks_a_trusted_node(
     bench: SpotCheckBench, client: httpx.AsyncClient
 ) -> None:

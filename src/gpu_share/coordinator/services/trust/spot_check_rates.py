@@ -18,6 +18,7 @@ The record lives on the node (`nodes/trusted.py` holds its shape); each change i
 with the node's row locked, so replicas never lose a count.
 """
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -55,10 +56,20 @@ def current_rate(node: NodeRow, runtime: str, policy: RatePolicy) -> float:
 
 
 async def locked_node(session: AsyncSession, node_id: str) -> NodeRow | None:
-    return await session.scalar(
-        select(NodeRow).where(NodeRow.id == node_id).with_for_update(),
+    return (await locked_nodes(session, {node_id})).get(node_id)
+
+
+async def locked_nodes(session: AsyncSession, node_ids: Collection[str]) -> dict[str, NodeRow]:
+    """The nodes, each row locked for its record's change; locked in id order, so two
+    transactions locking overlapping sets never wait on each other in a cycle."""
+    rows = await session.scalars(
+        select(NodeRow)
+        .where(NodeRow.id.in_(sorted(node_ids)))
+        .order_by(NodeRow.id)
+        .with_for_update(),
         execution_options={"populate_existing": True},
     )
+    return {node.id: node for node in rows.all()}
 
 
 def _update(node: NodeRow, runtime: str, policy: RatePolicy, change: str) -> None:

@@ -16,7 +16,7 @@ NO_CAPACITY) and counts as inconclusive.
 """
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, func, or_, select, update
@@ -89,33 +89,87 @@ async def decide(
     *,
     draw: float | None = None,
 ) -> InvokeRow | None:
-    """Pick the invoke for a check, or not, once; returns the check invoke if one was
-    made. `draw`: the random number in [0, 1) (tests); a fresh one otherwise."""
-    row = await session.get(InvokeRow, invoke_id)
-    if row is None or row.check_state is not None or row.node_id is None:
-        return None
-    node = await spot_check_rates.locked_node(session, row.node_id)
-    if node is None:
-        return None
-    policy = RatePolicy.of(settings)
-    exempt = (
-        node.quarantined_at is not None
-        or is_trusted(node, TrustRule.of(settings))
-        or not checkable(row)
+    """`decide_all` for one invoke: the check invoke if one was made. `draw`: the random
+    number in [0, 1) (tests); a fresh one otherwise."""
+    made = await decide_all(
+        session, [invoke_id], now, settings, draws=None if draw is None else {invoke_id: draw}
     )
-    rate = spot_check_rates.current_rate(node, row.runtime, policy)
-    chosen = not exempt and (_RANDOM.random() if draw is None else draw) < rate
-    state = CheckState.PENDING if chosen else CheckState.SKIPPED
-    decided = await session.execute(
-        update(InvokeRow)
-        .where(InvokeRow.id == invoke_id, InvokeRow.check_state.is_(None))
-        .values(check_state=state.value)
+    return made[0] if made else None
+
+
+async def decide_all(
+    session: AsyncSession,
+    invoke_ids: Sequence[str],
+    now: datetime,
+    settings: Settings,
+    *,
+    draws: Mapping[str, float] | None = None,
+) -> list[InvokeRow]:
+    """Pick each invoke for a check, or not, once; returns the check invokes made.
+
+    A batch reads its invokes and their nodes once (the nodes locked in id order, so
+    replicas deciding at once never deadlock) and records the decisions with one guarded
+    UPDATE per outcome; the flush then writes each node's record once and the checks made.
+    It was three statements and a node lock per invoke (bench/README.md). A node's rate depends on its streak of matches, which only a check's
+    outcome changes, so the invokes of one batch are decided at the rate it had before.
+    `draws`: the random number in [0, 1) per invoke (tests); fresh ones otherwise."""
+    rows = (
+        await session.scalars(
+            select(InvokeRow)
+            .where(
+                InvokeRow.id.in_(invoke_ids),
+                InvokeRow.check_state.is_(None),
+                InvokeRow.node_id.is_not(None),
+            )
+            .order_by(InvokeRow.finished_at, InvokeRow.id)
+        )
+    ).all()
+    if not rows:
+        return []
+    nodes = await spot_check_rates.locked_nodes(
+        session, {row.node_id for row in rows if row.node_id is not None}
     )
-    if decided.rowcount != 1:  # type: ignore[attr-defined]
-        return None  # another replica decided it
-    if not exempt:
-        spot_check_rates.record_decision(node, row.runtime, chosen, policy)
-    return create_check(session, row, now, settings) if chosen else None
+    policy, rule = RatePolicy.of(settings), TrustRule.of(settings)
+    states: dict[CheckState, list[tuple[InvokeRow, NodeRow]]] = {
+        CheckState.PENDING: [],
+        CheckState.SKIPPED: [],
+    }
+    exempt: set[str] = set()
+    for row in rows:
+        if row.node_id is None or (node := nodes.get(row.node_id)) is None:
+            continue
+        if node.quarantined_at is not None or is_trusted(node, rule) or not checkable(row):
+            exempt.add(row.id)
+        draw = draws[row.id] if draws is not None else _RANDOM.random()
+        rate = spot_check_rates.current_rate(node, row.runtime, policy)
+        chosen = row.id not in exempt and draw < rate
+        states[CheckState.PENDING if chosen else CheckState.SKIPPED].append((row, node))
+    made: list[InvokeRow] = []
+    for state, picked in states.items():
+        if not picked:
+            continue
+        decided = set(
+            (
+                await session.scalars(
+                    update(InvokeRow)
+                    .where(
+                        InvokeRow.id.in_([row.id for row, _ in picked]),
+                        InvokeRow.check_state.is_(None),
+                    )
+                    .values(check_state=state.value)
+                    .returning(InvokeRow.id)
+                )
+            ).all()
+        )  # without the ones another replica decided meanwhile
+        for row, node in picked:
+            if row.id not in decided:
+                continue
+            if row.id not in exempt:
+                chosen = state is CheckState.PENDING
+                spot_check_rates.record_decision(node, row.runtime, chosen, policy)
+            if state is CheckState.PENDING:
+                made.append(create_check(session, row, now, settings))
+    return made
 
 
 def create_check(
