@@ -5,6 +5,7 @@ waiting in its long-poll first (the long-poll itself: `test_lease_polls.py`)."""
 
 import asyncio
 from datetime import datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -12,7 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import NodeRow
-from gpu_share.coordinator.services.work import rivals
+from gpu_share.coordinator.services.work import fair_share, preemption, rivals
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import HELLO_WORLD, TenantHandle
@@ -259,3 +260,30 @@ async def test_a_claim_of_jobs_past_the_grace_reads_no_rivals(
     clock.advance(rivals.RANKING_GRACE_SEC + 1)
     assert [j.invoke_id for j in await agent.lease()] == [old]
     assert len(reads) == 1
+
+
+async def test_a_claim_with_nothing_queued_reads_neither_candidates_nor_placed_work(
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An idle fleet's claims (long-polls, results asking for the next job) meet an empty
+    # queue; the node's own read says so, and says whether work is placed on it.
+    agent = await sim_agent()
+    reads: list[str] = []
+
+    def counted(name: str, read: Any) -> Any:
+        def counting(*args: Any) -> Any:
+            reads.append(name)
+            return read(*args)
+
+        return counting
+
+    for module, name in ((fair_share, "candidates"), (preemption, "placed_on")):
+        monkeypatch.setattr(module, name, counted(name, getattr(module, name)))
+    assert await agent.lease() == []
+    assert reads == []
+    invoke_id = await submit(client, tenant)
+    assert [job.invoke_id for job in await agent.lease()] == [invoke_id]
+    assert reads == ["candidates"]  # nothing is placed on this node

@@ -152,26 +152,34 @@ class Placed:
     gpu_indices: list[int] | None
 
 
+def placed_on_node(node: str) -> str:
+    """The condition on `invokes` of work placed on the node `node` names (a parameter or
+    a column), its parameters `:queued` and `:on_demand` (`placed_params`): the rows
+    `_QUEUED_ON_DEMAND` and placed there."""
+    return (
+        "invokes.status = :queued AND invokes.priority = :on_demand"
+        f" AND invokes.reservation_id IS NULL AND invokes.node_id = {node}"
+    )
+
+
+def placed_params() -> dict[str, str]:
+    return {"queued": InvokeStatus.QUEUED.value, "on_demand": Priority.ON_DEMAND.value}
+
+
 _PLACED_ON = Sql(
-    "SELECT id, runtime, gpus, constraints, priority, timeout_sec, gpu_indices FROM invokes"
-    " WHERE status = :queued AND priority = :on_demand AND reservation_id IS NULL"
-    " AND node_id = :node ORDER BY created_at, id",
+    "SELECT id, runtime, gpus, constraints, priority, timeout_sec, gpu_indices FROM invokes"  # noqa: S608 (constants)
+    f" WHERE {placed_on_node(':node')} ORDER BY created_at, id",
     jsons=("constraints", "gpu_indices"),
 )
-"""`placed_on`'s statement (the rows `_QUEUED_ON_DEMAND` and placed on `:node`); on the
-driver (`driver_sql`): every claim reads it."""
+"""`placed_on`'s statement, on the driver (`driver_sql`): a claim reads it when its node
+has work placed on it (`claims`)."""
 
 
 async def placed_on(session: AsyncSession, node_id: str) -> list[Placed]:
     """The queued on-demand invokes placed on this node for a preemption, oldest first,
     as the claim reads them (`claims`: they are leased there first)."""
     tx = await driver_of(session)
-    rows = await tx.fetch(
-        _PLACED_ON,
-        queued=InvokeStatus.QUEUED.value,
-        on_demand=Priority.ON_DEMAND.value,
-        node=node_id,
-    )
+    rows = await tx.fetch(_PLACED_ON, node=node_id, **placed_params())
     return [
         Placed(
             row["id"],
