@@ -393,13 +393,30 @@ async def _replay(session: AsyncSession, tenant_id: str, key: str, digest: str) 
 
 async def owned(session: AsyncSession, tenant_id: str, invoke_id: str) -> InvokeRow:
     row = await session.get(InvokeRow, invoke_id)
-    # A spot check (docs/trust.md) is the platform's, never the tenant's to see.
+    # A spot check (docs/trust.md) is the platform's, never the tenant's to see (the
+    # driver's read, `_OWNED`, says the same in SQL).
     if row is None or row.tenant_id != tenant_id or row.check_of is not None:
         raise NotFound(f"invoke {invoke_id} does not exist")
     return row
 
 
 MAX_WAIT_SEC = 60.0
+
+
+_OWNED = driver_models.whole_row(
+    InvokeRow, "WHERE id = :invoke_id AND tenant_id = :tenant_id AND check_of IS NULL"
+)
+"""`owned`'s read on the driver: what a poll and each wake of a long-poll read."""
+
+
+async def read_owned(db: Database, tenant_id: str, invoke_id: str) -> Invoke:
+    """The tenant's invoke as `owned` finds it, read on the driver (no ORM: the object is
+    `transient`), as the tenant sees it."""
+    async with db.driver_read() as tx:
+        found = await tx.fetchrow(_OWNED, invoke_id=invoke_id, tenant_id=tenant_id)
+    if found is None:
+        raise NotFound(f"invoke {invoke_id} does not exist")
+    return to_wire(driver_models.transient(InvokeRow, found))
 
 
 async def wait_until_final(
@@ -411,8 +428,7 @@ async def wait_until_final(
     with notifier.watch(Channel.FINISHED, invoke_id) as finished:
         while True:
             finished.clear()
-            async with db.read() as session:
-                invoke = to_wire(await owned(session, tenant_id, invoke_id))
+            invoke = await read_owned(db, tenant_id, invoke_id)
             remaining = deadline - loop.time()
             if invoke.status.terminal or remaining <= 0 or notifier.closed:
                 return invoke
