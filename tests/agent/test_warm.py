@@ -22,6 +22,7 @@ import numpy as np
 import psutil
 import pytest
 
+from gpu_share.agent import warm as warm_module
 from gpu_share.agent.runtimes.jobspec import RUNTIME_MODULES, JobSpec
 from gpu_share.agent.runtimes.warm import GO_FIFO, WARM_FLAG
 from gpu_share.agent.sandbox import (
@@ -161,6 +162,7 @@ async def test_two_jobs_never_share_a_process_or_a_folder(node: Node) -> None:
     first_pid = runtime_process(node.pool.idle[CPU][0].process).pid
     first, first_folder = await hand_over(node, job_spec(node, "first"))
     assert (await finish(first))[0] == 0
+    node.pool.reported(first_folder)
     await warm_ready(node.pool)
     second_warm = node.pool.idle[CPU][0]
     second_pid = runtime_process(second_warm.process).pid
@@ -179,11 +181,18 @@ async def test_two_jobs_never_share_a_process_or_a_folder(node: Node) -> None:
     ]
 
 
-async def test_the_pool_refills_after_a_job_and_after_a_death(node: Node) -> None:
+async def test_the_pool_refills_after_a_job_and_after_a_death(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warm_module, "REFILL_AFTER_SEC", 600)
     await warm_ready(node.pool)
-    process, _ = await hand_over(node, job_spec(node, "job"))
+    process, folder = await hand_over(node, job_spec(node, "job"))
     assert (await finish(process))[0] == 0
-    await warm_ready(node.pool)  # a new one, once the job is over
+    # Not while the job's result is on its way: the start would compete with the report.
+    await asyncio.sleep(0.3)
+    assert node.pool.starting(CPU) == 0 and not node.pool.idle.get(CPU)
+    node.pool.reported(folder)
+    await warm_ready(node.pool)  # a new one, once the job is over and reported
     assert node.pool.idle[CPU][0].process is not process
 
     dead = node.pool.idle[CPU][0]

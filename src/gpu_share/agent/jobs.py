@@ -73,6 +73,13 @@ class Job:
         return self.lease.invoke_id
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:  # reported, or never to be: its warm sandbox's replacement may start
+            if self.ctx.warm is not None:
+                self.ctx.warm.reported(self.staging.job_dir)
+
+    async def _run(self) -> None:
         started = time.monotonic()
         if not self.lease.started:  # a coordinator that does not start jobs at the lease
             try:

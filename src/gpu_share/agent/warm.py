@@ -14,10 +14,12 @@ folder (copies, never links: the job owns its folder's files, and a hard link wo
 it rewrite the agent's cache) and moves the folder to where the job's own was, the
 job's limits replace the slot's (its CPU-time budget is lowered by the process itself
 before it reads the job), and the order goes down `go`. The process runs the job as
-the cold runtime would and exits; a new one is started in the background then, so that
-its start never competes with the job (a job that comes while it is still importing
+the cold runtime would and exits; a new one is started in the background once the job's
+result is reported (`reported`), so that its start competes neither with the job nor
+with the report and the tenant's answer (a job that comes while it is still importing
 takes it and waits for the rest, which is still sooner than a new start). Starting it
-at the hand-over instead measured slower on a 2-core machine (bench/README.md). Nothing of a
+at the hand-over, or at the exit, instead measured slower on a 2-core machine
+(bench/README.md). Nothing of a
 job reaches the next: each process serves one job, each folder is new and removed
 after its job.
 
@@ -41,7 +43,7 @@ import secrets
 import shutil
 import sys
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -74,6 +76,12 @@ MIN_AVAILABLE_BYTES = 1 * GiB
 MAX_INPUT_BYTES = 256 * MiB
 """Inputs are copied into a warm folder; past this a cold start, which binds them, costs less."""
 READY_TIMEOUT_SEC = 120.0
+REFILL_AFTER_SEC = 2.0
+"""A job's sandbox is replaced once the job's result is reported (`reported`), at the
+latest this long after its process ended: the next one's start (a Python importing its
+runtime, ~150 ms of CPU) then does not compete with the report and the tenant's answer.
+Refilling at the exit instead measured ~15 ms slower end to end on 2 cores
+(bench/README.md)."""
 MAX_FAILED_STARTS = 3
 """Warm processes of one kind that died before any job in a row: the pool stops trying."""
 
@@ -93,6 +101,7 @@ class WarmSandbox:
     ready: asyncio.Task[bool]  # imported and furnished (bwrap has bound its folder)
     handed_over: bool = False  # a job runs in it: the job's to end
     disposing: bool = False
+    reported: asyncio.Event = field(default_factory=asyncio.Event)  # its job's result is sent
 
     def close_go(self) -> None:
         if self.go >= 0:
@@ -131,6 +140,7 @@ class WarmPool:
         self._failed: dict[WarmKey, int] = {}
         self._starts: set[asyncio.Task[None]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running: dict[Path, WarmSandbox] = {}  # by the job folder it became
         self._closed = False
 
     @staticmethod
@@ -202,11 +212,25 @@ class WarmPool:
             self._refill(key)
             return None
         warm.handed_over = True
+        self._running[warm.folder] = warm
         return warm.process
+
+    def starting(self, key: WarmKey) -> int:
+        """Sandboxes of this kind being started now."""
+        return self._starting.get(key, 0)
+
+    def reported(self, job_dir: Path) -> None:
+        """The job whose folder was `job_dir` has sent its result (or will send none): if it
+        ran in a warm sandbox, that one's replacement may start now."""
+        warm = self._running.get(job_dir)
+        if warm is not None:
+            warm.reported.set()
 
     async def close(self) -> None:
         """Kill every warm process no job took, and remove their folders."""
         self._closed = True
+        for warm in self._running.values():  # no replacement comes: its watcher need not wait
+            warm.reported.set()
         if self._starts:  # a start in progress ends on its own, and is then disposed of
             await asyncio.wait(set(self._starts), timeout=60)
         idle = [warm for sandboxes in self.idle.values() for warm in sandboxes]
@@ -332,8 +356,11 @@ class WarmPool:
         """Close the FIFO once the process has exited; replace one that died before its job
         (a few times in a row at most)."""
         code = await warm.process.wait()
-        if warm.handed_over:  # its job is over: a new one takes its place
+        if warm.handed_over:  # its job is over: a new one takes its place once it reported
             warm.close_go()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(warm.reported.wait(), REFILL_AFTER_SEC)
+            self._running.pop(warm.folder, None)
             self._refill(warm.key)
             return
         if warm.disposing:
