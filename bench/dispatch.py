@@ -333,12 +333,14 @@ async def enqueue_latency(
 
 
 async def end_to_end(
-    base: str, token: str, tenant: dict[str, str], tmp: Path, samples: int
+    base: str, token: str, tenant: dict[str, str], tmp: Path, samples: int, gap: float = 0.0
 ) -> dict[str, list[float]]:
     """Three ways, interleaved sample by sample so each sees the same machine: the tenant
     asks with `Prefer: wait` (one request), submits then long-polls with `?wait=` (two),
     and the floor (onnxruntime in-process, the model loaded per call, plus one HTTP
-    round trip to the same server)."""
+    round trip to the same server). `gap`: seconds between one invoke and the next (0:
+    back to back, each job finding the sandbox the last one left still starting; 0.5: a
+    tenant calling now and then, the agent settled between calls)."""
     import onnxruntime as ort
 
     agent = AgentProcess(base, token, tmp / "agent", sandbox="bwrap")
@@ -405,6 +407,7 @@ async def end_to_end(
                 # The order turns each sample, so no way always follows the same one
                 # (a warm sandbox still refilling after the last job, say).
                 for name, way in ways[i % 3 :] + ways[: i % 3]:
+                    await asyncio.sleep(gap)
                     start = time.perf_counter()
                     state = await way()
                     timings[name].append((time.perf_counter() - start) * 1000)
@@ -429,6 +432,9 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--e2e-samples", type=int, default=20)
+    parser.add_argument(
+        "--e2e-gap", type=float, default=0.0, help="seconds between invokes in (c); 0: back to back"
+    )
     args = parser.parse_args()
 
     url = await create_scratch_postgres("gpushare_bench")
@@ -501,7 +507,7 @@ async def main() -> None:
             beat_ms = await heartbeat_ms(base, token, process)
             latencies = await enqueue_latency(base, token, tenant, args.latency_samples)
             e2e = (
-                await end_to_end(base, token, tenant, tmp, args.e2e_samples)
+                await end_to_end(base, token, tenant, tmp, args.e2e_samples, args.e2e_gap)
                 if args.e2e_samples
                 else None
             )
@@ -543,7 +549,11 @@ async def main() -> None:
     if e2e is None:
         return
     floor = statistics.median(e2e["floor"])
-    print(f"(c) end-to-end digits invoke, warm cache, {len(e2e['floor'])} samples, interleaved:")
+    spacing = f"{args.e2e_gap:g} s apart" if args.e2e_gap else "back to back"
+    print(
+        f"(c) end-to-end digits invoke, warm cache, {len(e2e['floor'])} samples, interleaved,"
+        f" {spacing}:"
+    )
     for name, label in (
         ("prefer", "ours, Prefer: wait (1 request)"),
         ("poll", "ours, submit + ?wait= (2 requests)"),
