@@ -110,9 +110,10 @@ async def decide_all(
     A batch reads its invokes and their nodes once (the nodes locked in id order, so
     replicas deciding at once never deadlock) and records the decisions with one guarded
     UPDATE per outcome; the flush then writes each node's record once and the checks made.
-    It was three statements and a node lock per invoke (bench/README.md). A node's rate depends on its streak of matches, which only a check's
-    outcome changes, so the invokes of one batch are decided at the rate it had before.
-    `draws`: the random number in [0, 1) per invoke (tests); fresh ones otherwise."""
+    It was three statements and a node lock per invoke (bench/README.md). A node's rate
+    depends on its streak of matches, which only a check's outcome changes, so the
+    invokes of one batch are decided at the rate it had before. `draws`: the random
+    number in [0, 1) per invoke (tests); fresh ones otherwise."""
     rows = (
         await session.scalars(
             select(InvokeRow)
