@@ -195,7 +195,7 @@ def test_ctrl_c_stops_up_in_one_line_and_the_running_job_is_requeued_after_resta
         after_ctrl_c = again.interrupt(signal.SIGTERM)
     finally:
         stop(again)
-    assert after_ctrl_c.strip() == "stopped"
+    assert after_ctrl_c.strip() == "stopped", again.output[-6000:]
     assert again.process.returncode == 0
 
 
