@@ -402,6 +402,13 @@ class Agent:
             await asyncio.wait(set(self._tasks), timeout=left, return_when=asyncio.FIRST_COMPLETED)
         pending = set(self._tasks)
         self.left_running = len(pending)
+        for invoke_id, job in self.jobs.items():  # which, and how far (a report cut short?)
+            log.info(
+                "invoke %s: still %s at stop; unless its result arrived, it is requeued"
+                " when its lease runs out",
+                invoke_id,
+                "reporting its result" if job.reporting else "running",
+            )
         for task in pending:
             task.cancel()
         for task in pending:
