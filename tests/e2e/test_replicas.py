@@ -1,6 +1,6 @@
 """Two coordinator replicas on one PostgreSQL and one S3 bucket, a real agent connected to
 the first: sessions opened, used and closed through the second are relayed to the first,
-which holds the node's channel (`replica.peers`, `api.relay`)."""
+which holds the node's channel (`replica.peers`, `api.relay`), over a link only a peer opens."""
 
 import asyncio
 import contextlib
@@ -16,6 +16,15 @@ from sqlalchemy import select
 from gpu_share.coordinator.app import create_app
 from gpu_share.coordinator.core.orm import NodeChannelRow, ReplicaRow
 from gpu_share.coordinator.core.settings import Settings
+from gpu_share.coordinator.core.signing import UrlSigner
+from gpu_share.coordinator.http.relay_frames import (
+    HANDSHAKE_HEAD_BYTES,
+    Frame,
+    address,
+    read_frame,
+    write_frame,
+)
+from gpu_share.coordinator.replica.peers import PURPOSE
 from gpu_share.examples import DIGITS_EXPECTED_LABELS, DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.testing.clock import SystemClock
 from gpu_share.testing.factories import ADMIN
@@ -140,15 +149,13 @@ async def test_a_session_opened_and_used_through_another_replica(replicas: Repli
     assert after.json()["error"]["code"] == "SESSION_CLOSED"
 
 
-async def test_a_relay_request_without_a_peers_token_is_refused(replicas: Replicas) -> None:
+async def test_a_relay_link_without_a_peers_proof_is_refused(replicas: Replicas) -> None:
     first = replicas.apps[0].state.replica
     assert first.relay_url is not None
-    async with httpx.AsyncClient() as client:
-        for token in ({}, {"X-Relay-Token": "forged.token"}):
-            response = await client.post(
-                f"{first.relay_url}/relay/sessions/ses_x/close",
-                json={"reason": "r", "status": "closed"},
-                headers=token,
-            )
-            assert response.status_code == 401
-            assert response.json()["code"] == "UNAUTHORIZED"
+    reader, writer = await asyncio.open_connection(*address(first.relay_url))
+    limits = {"max_head": HANDSHAKE_HEAD_BYTES, "max_body": 0}
+    nonce = (await read_frame(reader, **limits)).head["nonce"]
+    write_frame(writer, Frame({"proof": UrlSigner(b"x" * 32).seal(PURPOSE, nonce)}))
+    refused = await read_frame(reader, **limits)
+    assert refused.head["refusal"]["code"] == "UNAUTHORIZED"
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # and closed

@@ -140,7 +140,7 @@ def worker_listening_on(stack: LiveStack, port: int) -> psutil.Process:
 def test_three_workers_share_invokes_sessions_and_keys(stack: LiveStack) -> None:
     created = stack.http.post("/v1/admin/tenants", json={"name": "t", "email": "t@example.com"})
     everyone, _ = asyncio.run(_relays(stack.database_url or ""))
-    assert len(everyone) == 3 and all(url.startswith("http://127.0.0.1:") for url in everyone)
+    assert len(everyone) == 3 and all(url.startswith("relay://127.0.0.1:") for url in everyone)
 
     with fresh() as http:
         tenant = Tenant(http, stack.base_url, created.json()["api_key"])

@@ -53,7 +53,7 @@ from gpu_share.coordinator.api.public import (
     provider_applications,
     tenant_applications,
 )
-from gpu_share.coordinator.api.relay import relay_app
+from gpu_share.coordinator.api.relay import relay_handler
 from gpu_share.coordinator.api.tenant import (
     artifacts,
     invokes,
@@ -73,7 +73,7 @@ from gpu_share.coordinator.core.errors import ApiError
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import load_signer
 from gpu_share.coordinator.http.negotiation import wants_page
-from gpu_share.coordinator.http.peer_client import HttpPeers
+from gpu_share.coordinator.http.peer_client import LinkPeers
 from gpu_share.coordinator.http.relay_listener import RelayListener
 from gpu_share.coordinator.http.request_context import RequestContextMiddleware
 from gpu_share.coordinator.http.security_headers import (
@@ -281,14 +281,16 @@ async def _start_relay(replica: Replica) -> RelayListener | None:
     if not settings.relay_host:
         return None
     listener = RelayListener(
-        relay_app(replica),
+        relay_handler(replica),
+        replica.signer,
         settings.relay_host,
         settings.relay_port,
         settings.relay_advertise_host,
+        max_body=settings.websocket_max_bytes,
     )
     await listener.start()
     replica.relay_url = listener.url
-    replica.peers = HttpPeers(replica.signer)
+    replica.peers = LinkPeers(replica.signer, max_body=settings.websocket_max_bytes)
     replica.routes = SessionRoutes(replica.clock, ROUTE_TTL_SEC)
     return listener
 
@@ -302,7 +304,7 @@ async def _stop_relay(replica: Replica, listener: RelayListener | None) -> None:
         log.warning("could not remove this process's records on stopping", exc_info=True)
     if listener is not None:
         await listener.stop()
-    if isinstance(replica.peers, HttpPeers):
+    if isinstance(replica.peers, LinkPeers):
         await replica.peers.aclose()
 
 

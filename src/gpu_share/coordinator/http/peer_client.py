@@ -1,100 +1,226 @@
-"""`Peers` over HTTP: the hop to the coordinator process holding a session
-(`replica.peers`; the other side is `api.relay`)."""
+"""`Peers` over kept links: the hop to the coordinator process holding a session
+(`replica.peers`; the wire is `relay_frames`, the other side `relay_listener`).
 
-import httpx
+One link per holder, opened at the first request for one of its sessions and kept while
+both processes live, carries every request to it at once. A relayed forward is then one
+frame each way on an open connection: no connection pool, no HTTP to write or parse.
+"""
+
+import asyncio
+import contextlib
+import itertools
+from typing import Any
 
 from gpu_share.coordinator.core.errors import ApiError
+from gpu_share.coordinator.core.settings import FRAME_HEADER_ALLOWANCE
 from gpu_share.coordinator.core.signing import UrlSigner
-from gpu_share.coordinator.replica.peers import (
-    ANSWER_FORMAT_HEADER,
-    PURPOSE,
-    TOKEN_HEADER,
-    PeerAnswer,
-    PeerUnreachable,
-    RelayedOpen,
+from gpu_share.coordinator.http.relay_frames import (
+    HANDSHAKE_HEAD_BYTES,
+    HELLO_TIMEOUT_SEC,
+    VERSION,
+    Frame,
+    FrameError,
+    address,
+    read_frame,
+    write_frame,
 )
+from gpu_share.coordinator.replica.peers import PURPOSE, PeerAnswer, PeerUnreachable, RelayedOpen
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.sessions import SessionStatus
 
 CONNECT_TIMEOUT_SEC = 3.0
 OPEN_TIMEOUT_SEC = 30.0  # the holder waits up to CREATE_WAIT_SEC for the model
 FORWARD_TIMEOUT_SEC = 330.0  # beyond the holder's own (300 s), which answers 504 first
+_LINK_FAILURES = (ConnectionError, asyncio.IncompleteReadError, FrameError, OSError)
 
 
-class HttpPeers:
-    def __init__(self, signer: UrlSigner) -> None:
+class LinkPeers:
+    def __init__(self, signer: UrlSigner, *, max_body: int) -> None:
         self._signer = signer
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(OPEN_TIMEOUT_SEC, connect=CONNECT_TIMEOUT_SEC),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-        )
+        self._max_body = max_body
+        self._links: dict[str, asyncio.Task[_Link]] = {}
 
     async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def _post(
-        self,
-        relay_url: str,
-        path: str,
-        *,
-        timeout: float = OPEN_TIMEOUT_SEC,
-        **kwargs: object,
-    ) -> httpx.Response:
-        headers = {TOKEN_HEADER: self._signer.seal(PURPOSE, path)}
-        try:
-            response = await self._http.post(
-                f"{relay_url}{path}",
-                headers=headers,
-                timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_SEC),
-                **kwargs,  # type: ignore[arg-type]
-            )
-        except httpx.ConnectError as exc:  # refused: no process there any more
-            raise PeerUnreachable(f"{relay_url}: {exc!r}", gone=True) from exc
-        except httpx.TransportError as exc:
-            raise PeerUnreachable(f"{relay_url}: {exc!r}") from exc
-        if response.is_success:
-            return response
-        try:
-            refusal = response.json()
-            raise ApiError(
-                str(refusal["message"]),
-                code=ErrorCode(refusal["code"]),
-                details=refusal.get("details"),
-                headers=refusal.get("headers") or {},
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise PeerUnreachable(
-                f"{relay_url} answered {response.status_code} without a refusal"
-            ) from exc
+        for task in self._links.values():
+            if task.done() and not task.cancelled() and task.exception() is None:
+                await task.result().aclose()
+            else:
+                task.cancel()
+        self._links.clear()
 
     async def open(self, relay_url: str, opening: RelayedOpen) -> None:
-        body = {
+        head = {
+            "action": "open",
+            "session_id": opening.message.session_id,
             "tenant_id": opening.tenant_id,
             "node_id": opening.node_id,
             "idle_timeout_sec": opening.idle_timeout_sec,
             "message": opening.message.model_dump(mode="json"),
         }
-        await self._post(relay_url, f"/relay/sessions/{opening.message.session_id}/open", json=body)
+        await self._call(relay_url, head, b"", OPEN_TIMEOUT_SEC)
 
     async def forward(
         self, relay_url: str, tenant_id: str, session_id: str, fmt: str, payload: bytes
     ) -> PeerAnswer:
-        response = await self._post(
-            relay_url,
-            f"/relay/sessions/{session_id}/forward",
-            timeout=FORWARD_TIMEOUT_SEC,
-            params={"tenant_id": tenant_id, "format": fmt},
-            content=payload,
-        )
-        return PeerAnswer(
-            format=response.headers.get(ANSWER_FORMAT_HEADER, fmt), body=response.content
-        )
+        head = {
+            "action": "forward",
+            "session_id": session_id,
+            "tenant_id": tenant_id,
+            "format": fmt,
+        }
+        return await self._call(relay_url, head, payload, FORWARD_TIMEOUT_SEC)
 
     async def close(
         self, relay_url: str, session_id: str, reason: str, status: SessionStatus
     ) -> None:
-        await self._post(
-            relay_url,
-            f"/relay/sessions/{session_id}/close",
-            json={"reason": reason, "status": status.value},
+        head = {
+            "action": "close",
+            "session_id": session_id,
+            "reason": reason,
+            "status": status.value,
+        }
+        await self._call(relay_url, head, b"", OPEN_TIMEOUT_SEC)
+
+    async def _call(
+        self, relay_url: str, head: dict[str, Any], body: bytes, timeout: float
+    ) -> PeerAnswer:
+        link = await self._link(relay_url)
+        answer = await link.call(head, body, timeout)
+        refusal = answer.head.get("refusal")
+        if refusal is not None:
+            raise _refused(relay_url, refusal)
+        return PeerAnswer(format=str(answer.head.get("format") or ""), body=answer.body)
+
+    async def _link(self, relay_url: str) -> "_Link":
+        """The open link to `relay_url`, opened now if there is none (once, however many
+        requests wait for it)."""
+        task = self._links.get(relay_url)
+        if task is None or (
+            task.done() and (task.cancelled() or task.exception() or task.result().closed)
+        ):
+            task = asyncio.create_task(self._connect(relay_url))
+            self._links[relay_url] = task
+        try:
+            return await asyncio.shield(task)
+        except PeerUnreachable:
+            if self._links.get(relay_url) is task:
+                del self._links[relay_url]
+            raise
+
+    async def _connect(self, relay_url: str) -> "_Link":
+        try:
+            host, port = address(relay_url)
+        except ValueError as exc:
+            raise PeerUnreachable(
+                f"{relay_url}: not a relay address of this version; the process there is "
+                "reached once it runs this version too"
+            ) from exc
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_SEC):
+                reader, writer = await asyncio.open_connection(host, port)
+        except TimeoutError as exc:
+            raise PeerUnreachable(
+                f"{relay_url}: no connection in {CONNECT_TIMEOUT_SEC:g} s"
+            ) from exc
+        except OSError as exc:  # refused: no process there any more
+            raise PeerUnreachable(f"{relay_url}: {exc!r}", gone=True) from exc
+        try:
+            async with asyncio.timeout(HELLO_TIMEOUT_SEC):
+                await self._prove(reader, writer)
+        except (TimeoutError, *_LINK_FAILURES) as exc:
+            writer.close()
+            raise PeerUnreachable(f"{relay_url}: no relay link ({exc!r})") from exc
+        except PeerUnreachable:
+            writer.close()
+            raise
+        return _Link(relay_url, reader, writer, max_body=self._max_body)
+
+    async def _prove(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hello = await read_frame(reader, max_head=HANDSHAKE_HEAD_BYTES, max_body=0)
+        nonce = hello.head.get("nonce")
+        if hello.head.get("relay") != VERSION or not isinstance(nonce, str):
+            raise PeerUnreachable(f"the process there speaks another relay: {hello.head}")
+        write_frame(writer, Frame({"proof": self._signer.seal(PURPOSE, nonce)}))
+        await writer.drain()
+        welcome = await read_frame(reader, max_head=HANDSHAKE_HEAD_BYTES, max_body=0)
+        if welcome.head.get("welcome") is not True:
+            raise PeerUnreachable(f"the process there refused this one as a peer: {welcome.head}")
+
+
+class _Link:
+    """One connection to a holder: requests written as they come, answers matched to them
+    by id as they arrive. When it ends, every request still waiting on it fails."""
+
+    def __init__(
+        self,
+        relay_url: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        max_body: int,
+    ) -> None:
+        self._url = relay_url
+        self._reader = reader
+        self._writer = writer
+        self._max_body = max_body
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[Frame]] = {}
+        self.closed = False
+        self._answers = asyncio.create_task(self._read_answers())
+
+    async def call(self, head: dict[str, Any], body: bytes, timeout: float) -> Frame:
+        if self.closed:
+            raise PeerUnreachable(f"{self._url}: the relay link closed")
+        request_id = next(self._ids)
+        answer: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = answer
+        try:
+            write_frame(self._writer, Frame({"id": request_id, **head}, body))
+            async with asyncio.timeout(timeout):
+                await self._writer.drain()
+                return await answer
+        except TimeoutError as exc:
+            raise PeerUnreachable(f"{self._url}: no answer in {timeout:g} s") from exc
+        except _LINK_FAILURES as exc:
+            raise PeerUnreachable(f"{self._url}: the relay link failed ({exc!r})") from exc
+        finally:
+            self._waiting.pop(request_id, None)
+
+    async def aclose(self) -> None:
+        self._answers.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._answers
+
+    async def _read_answers(self) -> None:
+        why = "closed"
+        try:
+            while True:
+                frame = await read_frame(
+                    self._reader, max_head=FRAME_HEADER_ALLOWANCE, max_body=self._max_body
+                )
+                answer = self._waiting.get(frame.head.get("id"))  # type: ignore[arg-type]
+                if answer is not None and not answer.done():
+                    answer.set_result(frame)
+        except _LINK_FAILURES as exc:
+            why = repr(exc)
+        finally:
+            self.closed = True
+            self._writer.close()
+            for answer in self._waiting.values():
+                if not answer.done():
+                    answer.set_exception(
+                        PeerUnreachable(f"{self._url}: the relay link ended ({why})")
+                    )
+
+
+def _refused(relay_url: str, refusal: Any) -> Exception:
+    """The holder's refusal, raised here as it was raised there."""
+    try:
+        return ApiError(
+            str(refusal["message"]),
+            code=ErrorCode(refusal["code"]),
+            details=refusal.get("details"),
+            headers=dict(refusal.get("headers") or {}),
         )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return PeerUnreachable(f"{relay_url} answered a malformed refusal: {refusal!r}")

@@ -3,19 +3,18 @@
 A session lives in the hub of the process its node's WebSocket reached. A tenant's
 request for it may reach any process (several workers, several replicas behind a load
 balancer); that process relays it here to the holder, found through the database
-(`services.sessions.channels`), over the holder's relay address. `Peers` is what the
-session rules need of that hop; `http.peer_client` speaks it over HTTP, and
-`api.relay` answers it.
+(`services.sessions.channels`), at the holder's relay address. `Peers` is what the
+session rules need of that hop; `http.peer_client` speaks it over one kept link per
+holder (`http.relay_frames`), and `api.relay` answers it.
 """
 
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from gpu_share.protocol.sessions import OpenSession, SessionStatus
 
-PURPOSE = "session-relay"  # what a relay request's token is sealed for, with its path
-TOKEN_HEADER = "X-Relay-Token"  # noqa: S105 (a header name, not a secret)
-ANSWER_FORMAT_HEADER = "X-Answer-Format"
+PURPOSE = "session-relay"  # what a link's proof is sealed for, with the holder's nonce
 
 
 class PeerUnreachable(Exception):
@@ -40,7 +39,22 @@ class RelayedOpen:
 @dataclass(frozen=True)
 class PeerAnswer:
     format: str
-    body: bytes
+    body: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class RelayCall:
+    """One relayed request as the holder gets it: `open`, `forward` or `close` of a
+    session, the action's fields, and a forward's payload."""
+
+    action: str
+    session_id: str
+    fields: Mapping[str, Any]
+    body: bytes = field(default=b"", repr=False)
+
+
+RelayHandler = Callable[[RelayCall], Awaitable[PeerAnswer]]
+"""What a holder does with a relayed request; a refusal is raised as an `ApiError`."""
 
 
 class Peers(Protocol):
