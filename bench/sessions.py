@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import numpy as np
 import onnxruntime as ort
+import psutil
 
 from gpu_share.examples import DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.testing.models import busy_model
@@ -85,6 +86,20 @@ async def throughput(
     start = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(clients)))
     return clients * per_client / (time.perf_counter() - start)
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    """A process and all it started (the agent, its sandbox and the model process in it)."""
+    process = psutil.Process(pid)
+    return [process, *process.children(recursive=True)]
+
+
+def cpu_of(process: psutil.Process) -> float:
+    try:
+        times = process.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return float(times.user + times.system)
 
 
 async def main() -> None:
@@ -216,9 +231,20 @@ async def main() -> None:
                 await latencies(http, ours_url, digits_body, 30, {**auth, **octet})  # warm up
                 await latencies(http, bare_url, digits_body, 30, octet)
                 ours, bare = [], []
+                ours_side = [psutil.Process(procs[0].pid), *tree(agent.process.pid)]
+                bare_side = [psutil.Process(procs[1].pid), psutil.Process(procs[3].pid)]
+                cpu = {"server": 0.0, "agent": 0.0, "relay": 0.0, "peer": 0.0}
                 for _ in range(5):  # interleaved, so drift hits both alike
+                    before = [cpu_of(process) for process in ours_side]
                     ours += await latencies(http, ours_url, digits_body, n // 5, {**auth, **octet})
+                    after = [cpu_of(process) for process in ours_side]
+                    cpu["server"] += after[0] - before[0]
+                    cpu["agent"] += sum(after[1:]) - sum(before[1:])
+                    before = [cpu_of(process) for process in bare_side]
                     bare += await latencies(http, bare_url, digits_body, n // 5, octet)
+                    after = [cpu_of(process) for process in bare_side]
+                    cpu["relay"] += after[1] - before[1]
+                    cpu["peer"] += after[0] - before[0]
                 tp_ours = await throughput(ours_url, digits_body, 8, n // 8, {**auth, **octet})
                 tp_bare = await throughput(bare_url, digits_body, 8, n // 8, octet)
 
@@ -249,6 +275,11 @@ async def main() -> None:
     print(f"    bare relay: p50 {statistics.median(bare):6.2f}   p99 {p(bare, 0.99):6.2f}")
     ratio = statistics.median(ours) / statistics.median(bare)
     print(f"    p50 ratio ours / bare: {ratio:.2f}   (target <= 1.3)")
+    per = {name: seconds * 1000 / len(ours) for name, seconds in cpu.items()}
+    print(
+        f"    CPU per forward: ours server {per['server']:.2f} + agent and its sandbox "
+        f"{per['agent']:.2f} ms; bare relay {per['relay']:.2f} + its peer {per['peer']:.2f} ms"
+    )
     print("(b) throughput, 8 concurrent clients:")
     ratio = tp_ours / tp_bare
     print(f"    ours {tp_ours:7.0f} req/s   bare relay {tp_bare:7.0f} req/s   ratio {ratio:.2f}")
