@@ -301,11 +301,12 @@ async def run(args: argparse.Namespace) -> None:
             per_agent_minute_ms = idle_cpu * 1000 / args.agents * 60 / args.idle_seconds
 
             # load
+            # The load is timed from the first batch queued: agents take work from the
+            # first committed batch on, while the rest are still being written.
             claims_before = await claim_buckets(server.url)
-            await queue(db, tenant_ids, args.queued)
-            tally.queued_at = time.perf_counter()
             cpu_before = server.cpu_sec()
-            load_started = time.perf_counter()
+            load_started = tally.queued_at = time.perf_counter()
+            await queue(db, tenant_ids, args.queued)
             while (
                 len(tally.reported) < args.drain
                 and time.perf_counter() - load_started < args.seconds
