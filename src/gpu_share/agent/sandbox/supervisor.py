@@ -183,11 +183,23 @@ def _reap(leader: int) -> int | None:
 
 def _kill_all(cgroup_kill: str | None, leader: int, status: int | None) -> int | None:
     """SIGKILL every descendant, again and again until none is left; returns the leader's
-    wait status. As a subreaper, whatever a dying process leaves comes to us."""
+    wait status. As a subreaper, whatever a dying process leaves comes to us.
+
+    With no child left, no descendant is left either (an orphan comes to us, so each one
+    has a living ancestor among our children): then `/proc` is not walked. That is most
+    jobs' end, and the walk costs ~2 ms of CPU on a machine of a few hundred processes."""
     if cgroup_kill:
         with contextlib.suppress(OSError), open(cgroup_kill, "w") as kill:
             kill.write("1")
     while True:
+        try:
+            pid, child_status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status
+        if pid != 0:  # one more that had exited, reaped; look again
+            if pid == leader:
+                status = child_status
+            continue
         for pid in _descendants(os.getpid()):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
