@@ -21,6 +21,7 @@ from gpu_share.coordinator.http.relay_frames import (
     Frame,
     FrameError,
     address,
+    keep_alive,
     read_frame,
     write_frame,
 )
@@ -124,6 +125,7 @@ class LinkPeers:
             ) from exc
         except OSError as exc:  # refused: no process there any more
             raise PeerUnreachable(f"{relay_url}: {exc!r}", gone=True) from exc
+        keep_alive(writer)
         try:
             async with asyncio.timeout(HELLO_TIMEOUT_SEC):
                 await self._prove(reader, writer)

@@ -19,6 +19,7 @@ from gpu_share.coordinator.http.relay_frames import (
     VERSION,
     Frame,
     FrameError,
+    keep_alive,
     read_frame,
     refusal_head,
     url_of,
@@ -77,6 +78,7 @@ class RelayListener:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._links.add(writer)
+        keep_alive(writer)
         try:
             if await self._proven(reader, writer):
                 await self._take_requests(reader, writer)
