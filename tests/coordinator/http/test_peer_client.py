@@ -34,6 +34,8 @@ class Holder:
             raise Conflict("the session ended", code=ErrorCode.SESSION_CLOSED, details={"a": 1})
         if call.session_id == "ses_bug":
             raise RuntimeError("a bug in the holder")
+        if call.session_id == "ses_odd":
+            raise Conflict("refused", details={"not json": object()})
         await asyncio.sleep(float(call.fields.get("format") or 0))
         return PeerAnswer(format=call.action, body=call.body[::-1])
 
@@ -80,6 +82,9 @@ async def test_a_refusal_there_is_raised_here_as_it_was_raised(
         await peers.close(holder.listener.url, "ses_bug", "done", SessionStatus.CLOSED)
     assert failed.value.code is ErrorCode.INTERNAL
     assert "reference" in failed.value.message
+    with pytest.raises(ApiError) as unwritable:  # a refusal that is not JSON still answers
+        await peers.forward(holder.listener.url, "t", "ses_odd", "0", b"x")
+    assert unwritable.value.code is ErrorCode.INTERNAL
     assert (await peers.forward(holder.listener.url, "t", "ses_1", "0", b"ab")).body == b"ba"
     close = holder.calls[1]
     assert (close.action, close.fields) == ("close", {"reason": "done", "status": "closed"})

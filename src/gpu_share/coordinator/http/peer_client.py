@@ -96,9 +96,10 @@ class LinkPeers:
         """The open link to `relay_url`, opened now if there is none (once, however many
         requests wait for it)."""
         task = self._links.get(relay_url)
-        if task is None or (
-            task.done() and (task.cancelled() or task.exception() or task.result().closed)
-        ):
+        if task is None or _ended(task):
+            for url, other in list(self._links.items()):  # holders gone for good, too
+                if _ended(other):
+                    del self._links[url]
             task = asyncio.create_task(self._connect(relay_url))
             self._links[relay_url] = task
         try:
@@ -213,6 +214,13 @@ class _Link:
                     answer.set_exception(
                         PeerUnreachable(f"{self._url}: the relay link ended ({why})")
                     )
+
+
+def _ended(link: "asyncio.Task[_Link]") -> bool:
+    """Whether a link (or its opening) is over: failed, or closed since."""
+    if not link.done():
+        return False
+    return link.cancelled() or link.exception() is not None or link.result().closed
 
 
 def _refused(relay_url: str, refusal: Any) -> Exception:

@@ -144,7 +144,12 @@ class RelayListener:
             reply = Frame({"id": request_id, "refusal": refusal_head(failed)})
         if writer.is_closing():
             return  # the peer that asked is gone
-        write_frame(writer, reply)
+        try:
+            write_frame(writer, reply)
+        except (TypeError, ValueError):  # a refusal whose details are not JSON
+            log.exception("a relayed %s's answer could not be written", action)
+            failed = ApiError("internal error; the answer could not be relayed")
+            write_frame(writer, Frame({"id": request_id, "refusal": refusal_head(failed)}))
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
