@@ -201,6 +201,9 @@ def test_three_workers_share_invokes_sessions_and_keys(stack: LiveStack) -> None
             "failed",
             "NODE_LOST",
         ), state
+        # said as it happened: the process stopped (not its node's connection, which the
+        # stopping server closes after)
+        assert "coordinator process holding the session stopped" in state["error"]["message"]
         assert len(tenant.open_session(model_url)) > 0  # the agent reconnected again
 
         # A revoked key stops working on every worker (within the key cache's 5 s).

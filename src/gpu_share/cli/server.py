@@ -245,7 +245,7 @@ class CoordinatorServer:
 def _uvicorn_server(app: FastAPI, config: uvicorn.Config) -> uvicorn.Server:
     import uvicorn
 
-    from gpu_share.coordinator.app import answer_long_polls
+    from gpu_share.coordinator.app import begin_shutdown
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -255,7 +255,7 @@ def _uvicorn_server(app: FastAPI, config: uvicorn.Config) -> uvicorn.Server:
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             for server in self.servers:  # no new connections first (uvicorn repeats it)
                 server.close()
-            await answer_long_polls(app)
+            await begin_shutdown(app)
             await super().shutdown(sockets)
 
     return Server(config)

@@ -387,7 +387,7 @@ def create_app(
             yield
         finally:
             await loops.stop()
-            await Sessions.of(replica).release_all()
+            await Sessions.of(replica).release_all()  # none left after `begin_shutdown`
             await _stop_relay(replica, relay)
             await notifier.close()
             await replica.fetcher.aclose()
@@ -454,17 +454,21 @@ def create_app(
     return app
 
 
-async def answer_long_polls(app: FastAPI) -> None:
-    """Let the server's shutdown begin: long-polls (agents' leases, tenants' `?wait=N`)
-    answer now with what there is, and those that come later answer at once.
+async def begin_shutdown(app: FastAPI) -> None:
+    """Let the server's shutdown begin. Call it once the server takes no new connections,
+    before waiting for the requests in flight:
 
-    Call it once the server takes no new connections, before waiting for the requests in
-    flight: a long-poll left waiting would outlast the grace period and be cancelled,
-    which uvicorn answers with a 500.
+    - long-polls (agents' leases, tenants' `?wait=N`) answer now with what there is, and
+      those that come later answer at once: a long-poll left waiting would outlast the
+      grace period and be cancelled, which uvicorn answers with a 500;
+    - the sessions held here end now (NODE_LOST, saying this process stopped), while the
+      agents' channels are still open: the server closes those next, and a session
+      ended by that would say its node lost its connection.
     """
     replica: Replica | None = getattr(app.state, "replica", None)
     if replica is not None:
         await replica.notifier.close()
+        await Sessions.of(replica).release_all()
 
 
 def _log_admin_key(key: str) -> None:
