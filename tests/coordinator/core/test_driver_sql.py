@@ -208,3 +208,25 @@ async def test_driver_statements_in_an_orm_transaction_roll_back_with_it(db: Dat
         async with db.write() as session:
             tx = await driver_of(session)
             assert await tx.fetch(_LATER_THAN, since=MOMENT - timedelta(days=1)) == []
+
+
+async def test_a_transaction_finds_its_driver_once_and_the_next_finds_its_own(
+    db: Database,
+) -> None:
+    async with db.write() as session:
+        assert await driver_of(session) is await driver_of(session)  # kept for the transaction
+    async with db.read() as session:  # a session that ends transactions as it goes
+        first = await driver_of(session)
+        await first.execute(_INSERT, id="c1", cause="c1", kind="k", at=MOMENT, details={})
+        await session.commit()  # its connection went back to the pool
+        second = await driver_of(session)
+        assert second is not first
+        await second.execute(_INSERT, id="c2", cause="c2", kind="k", at=MOMENT, details={})
+        await session.rollback()
+        third = await driver_of(session)
+        assert third is not second
+        await third.execute(_INSERT, id="c3", cause="c3", kind="k", at=MOMENT, details={})
+        await session.commit()
+    async with db.read() as session:
+        ids = (await session.scalars(select(LedgerTransactionRow.id))).all()
+    assert sorted(ids) == ["c1", "c3"]  # the second's went with its rollback

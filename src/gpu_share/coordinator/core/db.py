@@ -137,17 +137,32 @@ async def driver_of(session: AsyncSession) -> DriverTx:
     connection. SQLAlchemy's asyncpg adapter begins one only before its own first
     statement: it is begun here, as the adapter would, so the session's commit is the
     driver statements' too. What the session holds unflushed is flushed first, as the
-    ORM's autoflush does before its own statements: a driver statement sees it."""
+    ORM's autoflush does before its own statements: a driver statement sees it.
+
+    Found once per transaction (kept in `session.info`): a claim asks for it for each of
+    its statements, and finding it costs more than most of them send."""
     if session.new or session.dirty or session.deleted:
         await session.flush()
+    known = session.info.get(_DRIVER_TX)
+    if known is not None and known[0] is session.sync_session.get_transaction():
+        tx: DriverTx = known[1]
+        return tx
     connection = await session.connection()
     pooled = await connection.get_raw_connection()
     if session.get_bind().dialect.name == "sqlite":
-        return SqliteTx(pooled.driver_connection)
-    adapter: Any = pooled.dbapi_connection
-    if adapter._transaction is None:
-        await adapter._start_transaction()
-    return PostgresTx(pooled.driver_connection)
+        tx = SqliteTx(pooled.driver_connection)
+    else:
+        adapter: Any = pooled.dbapi_connection
+        if adapter._transaction is None:
+            await adapter._start_transaction()
+        tx = PostgresTx(pooled.driver_connection)
+    session.info[_DRIVER_TX] = (session.sync_session.get_transaction(), tx)
+    return tx
+
+
+_DRIVER_TX = "driver_tx"
+"""`session.info`'s key for the driver of its transaction (`driver_of`), with that
+transaction: a commit or rollback begins another, which finds its own."""
 
 
 async def _driver_connection(connection: AsyncConnection) -> Any:
