@@ -158,11 +158,24 @@ class SessionHub:
             del self._sessions[session_id]
         return live
 
-    async def close(self, session_id: str, reason: str, *, status: SessionStatus) -> None:
+    async def close(
+        self,
+        session_id: str,
+        reason: str,
+        *,
+        status: SessionStatus,
+        error: SessionError | None = None,
+    ) -> None:
+        """End a session held here and tell its agent to stop it. Its forwards in flight
+        are answered as closed under them (409), or, with `error`, as failed (410 with
+        that error: a process that stops answers them as for a lost node)."""
         live = self._sessions.pop(session_id, None)
         if live is None:
             return
-        live.end(status, SessionError(code="SESSION_CLOSED", message=reason), 409)
+        if error is None:
+            live.end(status, SessionError(code="SESSION_CLOSED", message=reason), 409)
+        else:
+            live.end(status, error, 410)
         link = self._links.get(live.node_id)
         if link is not None:
             await link.text(CloseSession(session_id=session_id, reason=reason).model_dump_json())
@@ -230,6 +243,7 @@ class SessionHub:
             if live.status.open and not live.inflight and idle_for > live.idle_timeout_sec:
                 yield live
 
-    async def close_all(self, reason: str) -> None:
+    async def close_all(self, reason: str, error: SessionError) -> None:
+        """This process stops: every session held here fails with `error`."""
         for session_id in list(self._sessions):
-            await self.close(session_id, reason, status=SessionStatus.FAILED)
+            await self.close(session_id, reason, status=SessionStatus.FAILED, error=error)

@@ -660,4 +660,4 @@ class Sessions:
                 await closing.finish(self.db, self.hub, live.id, SessionStatus.FAILED, now, error)
             except Exception:  # the upkeep of another process fails it as unheld
                 log.exception("could not record that session %s ended", live.id)
-        await self.hub.close_all("the coordinator is shutting down")
+        await self.hub.close_all("the coordinator is shutting down", error)
