@@ -34,6 +34,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, insert, select, text
 
 from gpu_share.coordinator.core.db import Database
@@ -136,12 +137,13 @@ async def claim_buckets(url: str) -> dict[float, float]:
         scrape = await http.get(
             f"{url}/metrics", headers={"Authorization": f"Bearer {TEST_ADMIN_KEY}"}
         )
-    buckets: dict[float, float] = {}
-    for line in scrape.text.splitlines():
-        if line.startswith("gpushare_claim_seconds_bucket{"):
-            bound = line.split('le="', 1)[1].split('"', 1)[0]
-            buckets[float(bound)] = float(line.rsplit(" ", 1)[1])
-    return buckets
+    return {
+        float(sample.labels["le"]): sample.value
+        for family in text_string_to_metric_families(scrape.text)
+        if family.name == "gpushare_claim_seconds"
+        for sample in family.samples
+        if sample.name == "gpushare_claim_seconds_bucket"
+    }
 
 
 def histogram_quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float:

@@ -147,7 +147,7 @@ async def driver_of(session: AsyncSession) -> DriverTx:
     if known is not None and known[0] is session.sync_session.get_transaction():
         tx: DriverTx = known[1]
         return tx
-    connection = await session.connection()
+    connection = await session.connection()  # begins the session's transaction
     pooled = await connection.get_raw_connection()
     if session.get_bind().dialect.name == "sqlite":
         tx = SqliteTx(pooled.driver_connection)

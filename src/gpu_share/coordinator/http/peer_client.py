@@ -11,7 +11,6 @@ import contextlib
 import itertools
 from typing import Any
 
-from gpu_share.coordinator.core.errors import ApiError
 from gpu_share.coordinator.core.settings import FRAME_HEADER_ALLOWANCE
 from gpu_share.coordinator.core.signing import UrlSigner
 from gpu_share.coordinator.http.relay_frames import (
@@ -23,10 +22,10 @@ from gpu_share.coordinator.http.relay_frames import (
     address,
     keep_alive,
     read_frame,
+    refusal_error,
     write_frame,
 )
 from gpu_share.coordinator.replica.peers import PURPOSE, PeerAnswer, PeerUnreachable, RelayedOpen
-from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.sessions import SessionStatus
 
 CONNECT_TIMEOUT_SEC = 3.0
@@ -89,7 +88,7 @@ class LinkPeers:
         answer = await link.call(head, body, timeout)
         refusal = answer.head.get("refusal")
         if refusal is not None:
-            raise _refused(relay_url, refusal)
+            raise refusal_error(relay_url, refusal)
         return PeerAnswer(format=str(answer.head.get("format") or ""), body=answer.body)
 
     async def _link(self, relay_url: str) -> "_Link":
@@ -221,16 +220,3 @@ def _ended(link: "asyncio.Task[_Link]") -> bool:
     if not link.done():
         return False
     return link.cancelled() or link.exception() is not None or link.result().closed
-
-
-def _refused(relay_url: str, refusal: Any) -> Exception:
-    """The holder's refusal, raised here as it was raised there."""
-    try:
-        return ApiError(
-            str(refusal["message"]),
-            code=ErrorCode(refusal["code"]),
-            details=refusal.get("details"),
-            headers=dict(refusal.get("headers") or {}),
-        )
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return PeerUnreachable(f"{relay_url} answered a malformed refusal: {refusal!r}")

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_share.coordinator.core.errors import ApiError
+from gpu_share.coordinator.replica.peers import PeerUnreachable
+from gpu_share.protocol.errors import ErrorCode
 
 VERSION = 1
 SCHEME = "relay://"
@@ -99,6 +101,20 @@ def refusal_head(exc: ApiError) -> dict[str, Any]:
         "details": exc.details,
         "headers": exc.headers,
     }
+
+
+def refusal_error(relay_url: str, refusal: Any) -> Exception:
+    """A refusal read off a link (`refusal_head`), as the `ApiError` raised there; a
+    malformed one as the holder being unreachable."""
+    try:
+        return ApiError(
+            str(refusal["message"]),
+            code=ErrorCode(refusal["code"]),
+            details=refusal.get("details"),
+            headers=dict(refusal.get("headers") or {}),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return PeerUnreachable(f"{relay_url} answered a malformed refusal: {refusal!r}")
 
 
 def address(relay_url: str) -> tuple[str, int]:
