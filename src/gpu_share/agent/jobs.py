@@ -88,6 +88,15 @@ class Job:
                 log.info("invoke %s: lease stale before start; dropping", self.invoke_id)
                 return
         self.logs.start()
+        try:
+            await self._run_and_report(started)
+        finally:
+            # The folders go once the result is on its way: their removal (~2 ms) is not
+            # the tenant's wait. Nothing of the report reads them: the outputs are inline
+            # in it or uploaded already.
+            await self.staging.remove()
+
+    async def _run_and_report(self, started: float) -> None:
         report: wire.ResultReport | None
         try:
             report = await self._execute(started)
@@ -101,7 +110,6 @@ class Job:
             report = self.reporter.failed(ErrorCode.AGENT_ERROR, message, started)
         finally:
             await self.logs.stop()
-            await self.staging.remove()
         if report is None or self._stopped_for_preemption:
             await self.logs.flush()
         else:  # the last lines travel with the result, and the slot's next lease
