@@ -2,6 +2,7 @@
 metering, one settlement per invoke, balances that never go below zero."""
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -11,8 +12,9 @@ from sqlalchemy import func, select
 
 from gpu_share.coordinator.core.orm import LedgerTransactionRow, NodeRow, ProviderPriceRow
 from gpu_share.coordinator.loops import lease_expiry
-from gpu_share.coordinator.services.money import ledger
+from gpu_share.coordinator.services.money import billing, ledger
 from gpu_share.protocol import agent as wire
+from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import InvokeError, InvokeStatus
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import (
@@ -536,3 +538,37 @@ async def test_spot_work_is_held_at_the_on_demand_rate_and_charged_the_spot_rate
     assert (state["rate_per_hour"], state["cost"]) == ("1.25", "0.0125")
     assert (await balances(app, tenant, provider))["available"] == 1_000_000 - 12_500
     await assert_books_balance(app)
+
+
+def _cost_at_finish(**changes: Any) -> int | None:
+    start = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    values: dict[str, Any] = {
+        "reserved_micro": RESERVE,
+        "rate_micro_per_hour": RATE,
+        "preemptions": 0,
+        "timeout_sec": 600,
+        "started_at": start,
+        "finished_at": start + timedelta(seconds=36),
+        "error_code": None,
+        "node_id": "node_1",
+    }
+    return billing.cost_at_finish(**{**values, **changes})
+
+
+def test_the_cost_written_with_the_verdict_is_the_one_settling_charges() -> None:
+    """`cost_at_finish` is what `settle` will compute, so the verdict's statement writes it
+    and settling writes nothing more (settling would correct a difference, at one more
+    statement a job)."""
+    assert _cost_at_finish() == billing.metered(RATE, 36_000) == 25_000
+    start = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    # at most the timeout, at most the reserve
+    assert _cost_at_finish(finished_at=start + timedelta(hours=1)) == billing.metered(RATE, 600_000)
+    assert _cost_at_finish(reserved_micro=1_000) == 1_000
+    # a failure on the provider's side costs nothing; an unpriced or free invoke nothing
+    assert _cost_at_finish(error_code=ErrorCode.AGENT_ERROR) == 0
+    assert _cost_at_finish(error_code=ErrorCode.RUNTIME_ERROR) == 25_000
+    assert _cost_at_finish(reserved_micro=0) == 0
+    assert _cost_at_finish(rate_micro_per_hour=None, reserved_micro=0) == 0
+    # preempted attempts were charged from the reserve: the ledger says what is left
+    assert _cost_at_finish(preemptions=1) is None
+    assert _cost_at_finish(preemptions=1, reserved_micro=0) == 0

@@ -227,6 +227,47 @@ class Settled:
 
 _COST = Sql("UPDATE invokes SET cost_micro = :cost WHERE id = :invoke")
 
+_PROVIDER_SIDE_CODES = frozenset(code.value for code in PROVIDER_SIDE)
+
+
+def billed_ms(
+    started_at: datetime | None,
+    finished_at: datetime | None,
+    timeout_sec: int,
+    error_code: str | None,
+    node_id: str | None,
+) -> int:
+    """The milliseconds an attempt is charged for: its run, at most its timeout; none for
+    a failure on the provider's side (`PROVIDER_SIDE`) or work no node ran."""
+    if error_code in _PROVIDER_SIDE_CODES or node_id is None:
+        return 0
+    if started_at is None or finished_at is None:
+        return 0
+    elapsed = finished_at - started_at
+    return min(int(elapsed.total_seconds() * 1000), timeout_sec * 1000)
+
+
+def cost_at_finish(
+    *,
+    reserved_micro: int,
+    rate_micro_per_hour: int | None,
+    preemptions: int,
+    timeout_sec: int,
+    started_at: datetime,
+    finished_at: datetime,
+    error_code: str | None,
+    node_id: str,
+) -> int | None:
+    """The cost `settle` will find for an invoke made final with these values, for the
+    statement that makes it final to write with the verdict (one round trip less on every
+    job's end). None where it takes a read of the ledger (the charges of preempted
+    attempts): `settle` writes it then. `settle` stays the owner: it computes the cost
+    again from what the statement returned and writes it where the two differ."""
+    if reserved_micro and preemptions:
+        return None
+    ms = billed_ms(started_at, finished_at, timeout_sec, error_code, node_id)
+    return int(min(metered(rate_micro_per_hour or 0, ms), reserved_micro))
+
 
 async def settle(session: AsyncSession, row: Row[*tuple[Any, ...]] | Settled, now: datetime) -> int:
     """Charge or release a final invoke's reserve, once; returns its cost.
@@ -243,14 +284,9 @@ async def settle(session: AsyncSession, row: Row[*tuple[Any, ...]] | Settled, no
     )
     left = row.reserved_micro - charged  # what the preempted attempts left of the reserve
     rate = row.rate_micro_per_hour or 0
-    ms = 0
-    if row.started_at is not None and row.finished_at is not None:
-        elapsed = row.finished_at - row.started_at
-        ms = min(int(elapsed.total_seconds() * 1000), row.timeout_sec * 1000)
-    if row.error_code in {code.value for code in PROVIDER_SIDE} or row.node_id is None:
-        ms = 0
+    ms = billed_ms(row.started_at, row.finished_at, row.timeout_sec, row.error_code, row.node_id)
     cost = int(min(metered(rate, ms), left))
-    if row.cost_micro != charged + cost:
+    if row.cost_micro != charged + cost:  # else written with the verdict (`cost_at_finish`)
         tx = await driver_of(session)  # every job is settled: on the driver (`driver_sql`)
         await tx.execute(_COST, invoke=invoke_id, cost=charged + cost)
     if row.reserved_micro == 0:

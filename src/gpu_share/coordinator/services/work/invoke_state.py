@@ -254,17 +254,37 @@ async def keep(tx: DriverTx, lease: Lease, expires_at: datetime) -> Kept | None:
     return None if kept is None else Kept(cancel_requested=kept["cancel_requested_at"] is not None)
 
 
-_FINISH = Sql(
+_FINISH_SET = (
     "UPDATE invokes SET status = :status, finished_at = :finished_at,"  # noqa: S608 (constants)
     " started_at = :started_at, result = :result, error_code = :error_code,"
-    " error_message = :error_message, log_bytes = COALESCE(:log_bytes, log_bytes)"
+    " error_message = :error_message, log_bytes = COALESCE(:log_bytes, log_bytes),"
+    " cost_micro = COALESCE(:cost_micro, cost_micro)"
     " WHERE id = :invoke AND node_id = :node AND lease_token = :token"
     f" AND status IN ({sql_list(ACTIVE_VALUES)})"
-    f" RETURNING {', '.join(billing.SETTLED_NAMES)}, webhook_url",
-    datetimes=("started_at", "finished_at"),
-    jsons=("result",),
+    f" RETURNING {', '.join(billing.SETTLED_NAMES)}, webhook_url"
 )
-"""`finish`: the agent's verdict on the lease it holds, returning what settling needs."""
+_FINISH = {
+    # The verdict and the log's last lines in one statement: the INSERT runs only where
+    # the UPDATE made the invoke final.
+    "postgresql": Sql(
+        f"WITH final AS ({_FINISH_SET}), logged AS ("  # noqa: S608 (constants)
+        " INSERT INTO invoke_logs (invoke_id, attempt, created_at, text)"
+        " SELECT id, attempts, CAST(:finished_at AS TIMESTAMPTZ), CAST(:log_text AS TEXT)"
+        " FROM final WHERE CAST(:log_text AS TEXT) IS NOT NULL)"
+        " SELECT * FROM final",
+        datetimes=("started_at", "finished_at"),
+        jsons=("result",),
+    ),
+    # SQLite has no data-modifying WITH: the log line is its own statement (`_LOGGED`).
+    "sqlite": Sql(_FINISH_SET, datetimes=("started_at", "finished_at"), jsons=("result",)),
+}
+"""`finish`: the agent's verdict on the lease it holds, with its cost where it is known
+then (`billing.cost_at_finish`) and the log's last lines, returning what settling needs."""
+
+_LOGGED = Sql(
+    "INSERT INTO invoke_logs (invoke_id, attempt, created_at, text)"
+    " VALUES (:invoke, :attempt, :at, :text)"
+)
 
 
 async def finish(
@@ -277,10 +297,14 @@ async def finish(
     started_at: datetime,
     now: datetime,
     log_bytes: int | None = None,
+    log_text: str | None = None,
+    cost_micro: int | None = None,
 ) -> bool:
     """assigned/running → the verdict its node reported (done, failed, timeout, canceled).
     `log_bytes`: the log's size with the text the report brought (`leases.clipped_log`),
-    written in the same statement. Every job ends here, so its UPDATE runs on the driver
+    and `log_text` that text, written in the same statement on PostgreSQL. `cost_micro`:
+    what settling will charge (`billing.cost_at_finish`), written with the verdict; None
+    leaves it to settling. Every job ends here, so its statements run on the driver
     (`driver_sql`), in the session's transaction; settling follows as for every final
     status."""
     assert status.terminal, status
@@ -293,16 +317,23 @@ async def finish(
         "error_message": error.message if error else None,
     }
     tx = await driver_of(session)
+    text = log_text or None
     final = await tx.fetchrow(
-        _FINISH,
+        _FINISH[tx.dialect],
         **values,
         log_bytes=log_bytes,
+        cost_micro=cost_micro,
         invoke=lease.invoke_id,
         node=lease.node_id,
         token=lease.token,
+        **({"log_text": text} if tx.dialect == "postgresql" else {}),
     )
     if final is None:
         return False
+    if text is not None and tx.dialect != "postgresql":
+        await tx.execute(
+            _LOGGED, invoke=lease.invoke_id, attempt=final["attempts"], at=now, text=text
+        )
     await _settled(session, billing.Settled.of(final), values)
     return True
 

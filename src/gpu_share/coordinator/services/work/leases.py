@@ -17,6 +17,7 @@ from gpu_share.coordinator.core.errors import Conflict, NotFound
 from gpu_share.coordinator.core.orm import InvokeLogRow, InvokeRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
+from gpu_share.coordinator.services.money import billing
 from gpu_share.coordinator.services.nodes import nodes, presence
 from gpu_share.coordinator.services.work import invoke_state
 from gpu_share.coordinator.services.work.invoke_state import Lease
@@ -242,18 +243,15 @@ def _ms(later: datetime | None, earlier: datetime | None) -> int | None:
 _REPORTED = {
     dialect: Sql(
         "SELECT status, node_id, lease_token, log_bytes, attempts, created_at, assigned_at,"  # noqa: S608
-        f" started_at FROM invokes WHERE id = :invoke{lock}",
+        " started_at, timeout_sec, reserved_micro, rate_micro_per_hour, preemptions"
+        f" FROM invokes WHERE id = :invoke{lock}",
         datetimes=("created_at", "assigned_at", "started_at"),
     )
     for dialect, lock in (("postgresql", " FOR UPDATE"), ("sqlite", ""))
 }
 """What a result report reads of its invoke, locked (SQLite's write transaction holds
-the whole database)."""
-
-_LOGGED = Sql(
-    "INSERT INTO invoke_logs (invoke_id, attempt, created_at, text)"
-    " VALUES (:invoke, :attempt, :at, :text)"
-)
+the whole database): whether the lease is still this node's, the times its metrics
+need, and what its cost needs (`billing.cost_at_finish`)."""
 
 
 async def report_result(
@@ -288,8 +286,19 @@ async def report_result(
         result = result.model_copy(
             update={"metrics": result.metrics.model_copy(update={"queue_ms": queue_ms})}
         )
-    # The last log text rides on the report: its size is written with the verdict.
+    # The last log text rides on the report: it is written with the verdict, and so is
+    # the cost where no ledger read is needed for it.
     log_text, log_bytes = clipped_log(row["log_bytes"], report.log, settings)
+    cost = billing.cost_at_finish(
+        reserved_micro=row["reserved_micro"],
+        rate_micro_per_hour=row["rate_micro_per_hour"],
+        preemptions=row["preemptions"],
+        timeout_sec=row["timeout_sec"],
+        started_at=started_at or now,
+        finished_at=now,
+        error_code=report.error.code if report.error else None,
+        node_id=lease.node_id,
+    )
     if not await invoke_state.finish(
         session,
         lease,
@@ -299,12 +308,10 @@ async def report_result(
         started_at=started_at or now,
         now=now,
         log_bytes=log_bytes,
+        log_text=log_text,
+        cost_micro=cost,
     ):
         raise _stale(lease.invoke_id)
-    if log_text:
-        await tx.execute(
-            _LOGGED, invoke=lease.invoke_id, attempt=row["attempts"], at=now, text=log_text
-        )
     return report.status
 
 
