@@ -2,12 +2,14 @@
 
 A submit weighs every online node that could take the job: its rate sets the most the
 invoke may cost, and with a cap, which nodes stay eligible. Each node's on-demand rate
-was read with its own statement (twice for a capped submit); `prices.on_demand_rates`
-reads them all in one. For 10, 100 and 1,000 online priced CPU nodes, in-process
-(the coordinator app over ASGI, no sockets):
+was once read with its own statement (twice for a capped submit), then all in one;
+now `prices.on_demand_rates` takes the nodes' denormalised rates, with no read. For 10,
+100 and 1,000 online priced CPU nodes, in-process (the coordinator app over ASGI, no
+sockets):
 
-- the rate lookup over the serving nodes: per node (the code before, kept here as the
-  baseline) against batched, interleaved in rounds on the same rows;
+- the rate lookup over the serving nodes: read from the prices per node (the first
+  code, kept here as the baseline) against the denormalised rates, interleaved in
+  rounds on the same rows, which must agree;
 - `POST /v1/gpu/invoke` end to end (auth, validation, placement check, reserve, insert),
   p50 and p99, and its ratio to the 10-node figure.
 
@@ -90,7 +92,7 @@ async def add_nodes(app: object, provider_id: str, count: int) -> None:
 
 
 async def rate_lookups(app: object) -> tuple[list[float], list[float]]:
-    """Per-node lookups (the baseline) and the batched one, interleaved, in ms."""
+    """Per-node reads (the baseline) and the denormalised rates, interleaved, in ms."""
     db = app.state.replica.db  # type: ignore[attr-defined]
     per_node: list[float] = []
     batched: list[float] = []
@@ -98,10 +100,10 @@ async def rate_lookups(app: object) -> tuple[list[float], list[float]]:
         nodes = list((await session.scalars(select(NodeRow))).all())
         for _ in range(ROUNDS):
             started = time.perf_counter()
-            one_by_one = [await prices.hourly_rate(session, n, spot=False) for n in nodes]
+            one_by_one = [await prices.read_rate(session, n, spot=False) for n in nodes]
             per_node.append((time.perf_counter() - started) * 1000)
             started = time.perf_counter()
-            together = await prices.on_demand_rates(session, nodes)
+            together = prices.on_demand_rates(nodes)
             batched.append((time.perf_counter() - started) * 1000)
             assert sorted(together.values()) == sorted(one_by_one)
     return per_node, batched
@@ -159,7 +161,10 @@ async def main(args: argparse.Namespace) -> None:
                     await drop_scratch_postgres(url)
     base = results[sizes[0]]["p50"]
     print(f"database: {'PostgreSQL' if args.postgres else 'SQLite'}; {args.submits} submits each")
-    print("nodes | rates per node (baseline) | batched | ratio | submit p50 | p99 | p50 / first")
+    print(
+        "nodes | rates read per node (baseline) | denormalised | ratio"
+        " | submit p50 | p99 | p50 / first"
+    )
     for nodes, r in results.items():
         print(
             f"{nodes:>5} | {r['per_node']:8.2f} ms | {r['batched']:6.2f} ms | "

@@ -116,7 +116,7 @@ async def plan_reserve(
     its on-demand rate (`NodeRow.price_per_gpu_hour_micro`), and a spot rate is never
     above it. It is charged at the spot rate; the difference comes back at settlement."""
     gpus = req.gpus if req.runtime.needs_gpu else 0
-    rates = await prices.on_demand_rates(session, serving)
+    rates = prices.on_demand_rates(serving)
     most = most_for(max(rates.values(), default=0) * units(gpus), timeout_sec)
     reserve = most if max_cost_micro is None else min(most, max_cost_micro)
     if reserve == 0 and max_cost_micro is None:

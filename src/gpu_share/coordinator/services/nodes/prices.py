@@ -19,7 +19,6 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.db import driver_of
-from gpu_share.coordinator.core.driver_sql import Row as DriverRow
 from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.errors import NotFound, ValidationFailed
 from gpu_share.coordinator.core.orm import NodeRow, ProviderPriceRow
@@ -83,29 +82,23 @@ every lease reads it."""
 async def hourly_rate(session: AsyncSession, node: NodeRow, *, spot: bool) -> int:
     """Micro-USDC per GPU-hour the node charges new work now (spot or on demand); 0 while
     its provider has set no price for its GPU model. A node with several models charges
-    the highest of their prices."""
+    the highest of their prices.
+
+    On demand, that is the node's own denormalised rate, with no read: `refresh_node` and
+    `_refresh_provider` keep it true in the transaction that changes a price or the node's
+    GPUs, and a claim has the node's row already. Spot reads the provider's prices: the
+    discount is per model, so the highest spot rate need not be the highest price's."""
+    if not spot:
+        return node.price_per_gpu_hour_micro or 0
+    return await read_rate(session, node, spot=True)
+
+
+async def read_rate(session: AsyncSession, node: NodeRow, *, spot: bool) -> int:
+    """The rate read from the provider's prices now: what `hourly_rate` means, and what
+    the node's denormalised on-demand rate is kept equal to."""
     tx = await driver_of(session)
     rows = await tx.fetch(_PRICES_OF_PROVIDER, provider=node.provider_id)
-    rates = _rates_of(rows)
-    return _rate(node, rates, spot=spot)
-
-
-_PRICES_OF_PROVIDERS = {
-    "postgresql": Sql(
-        "SELECT provider_id, gpu_model, price_micro_per_hour, spot_discount_bps"
-        " FROM provider_prices WHERE provider_id = ANY(:providers)"
-    ),
-    "sqlite": Sql(
-        "SELECT provider_id, gpu_model, price_micro_per_hour, spot_discount_bps"
-        " FROM provider_prices WHERE provider_id IN (SELECT value FROM json_each(:providers))",
-        jsons=("providers",),
-    ),
-}
-"""Every price of `:providers`; on the driver (`driver_sql`): every submit reads it."""
-
-
-def _rates_of(rows: Iterable[DriverRow]) -> list[Rate]:
-    return [
+    rates = [
         Rate(
             row["provider_id"],
             row["gpu_model"],
@@ -114,27 +107,18 @@ def _rates_of(rows: Iterable[DriverRow]) -> list[Rate]:
         )
         for row in rows
     ]
+    return _rate(node, rates, spot=spot)
 
 
-async def on_demand_rates(session: AsyncSession, nodes: Sequence[NodeRow]) -> dict[str, int]:
-    """`hourly_rate(…, spot=False)` of each node by id, read in one statement however many
-    nodes there are (a submit weighs every online node that could take the job)."""
-    providers = sorted({node.provider_id for node in nodes})
-    if not providers:
-        return {}
-    tx = await driver_of(session)
-    rows = await tx.fetch(_PRICES_OF_PROVIDERS[tx.dialect], providers=providers)
-    by_provider: dict[str, list[Rate]] = {}
-    for rate in _rates_of(rows):
-        by_provider.setdefault(rate.provider_id, []).append(rate)
-    return {
-        node.id: _rate(node, by_provider.get(node.provider_id, ()), spot=False) for node in nodes
-    }
+def on_demand_rates(nodes: Sequence[NodeRow]) -> dict[str, int]:
+    """`hourly_rate(…, spot=False)` of each node by id (a submit weighs every online node
+    that could take the job): their denormalised rates, no read."""
+    return {node.id: node.price_per_gpu_hour_micro or 0 for node in nodes}
 
 
 async def refresh_node(session: AsyncSession, node: NodeRow) -> None:
     """Keep the node's denormalised on-demand rate true (None: no price set for it)."""
-    node.price_per_gpu_hour_micro = await hourly_rate(session, node, spot=False) or None
+    node.price_per_gpu_hour_micro = await read_rate(session, node, spot=False) or None
 
 
 async def _nodes_of(session: AsyncSession, provider_id: str) -> list[NodeRow]:

@@ -96,7 +96,7 @@ async def _pick(
     live = [n for n in await nodes.live_nodes(session, now, settings) if serves(n, req, now)]
     cap = req.max_price_micro
     if cap is not None and billing.prepaid(settings):
-        rates = await prices.on_demand_rates(session, live)
+        rates = prices.on_demand_rates(live)
         live = [n for n in live if rates[n.id] <= cap] or live
     running = await nodes.running_counts(session)
     idle = [n for n in live if running.get(n.id, 0) < n.max_concurrent_jobs]
