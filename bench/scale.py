@@ -43,7 +43,7 @@ from sqlalchemy import func, insert, select, text
 
 from gpu_share.coordinator.core.db import Database
 from gpu_share.coordinator.core.ids import new_id
-from gpu_share.coordinator.core.orm import InvokeRow
+from gpu_share.coordinator.core.orm import InvokeRow, NodeRow
 from gpu_share.protocol.nodes import Telemetry
 from gpu_share.testing.databases import create_scratch_postgres, drop_scratch_postgres
 from gpu_share.testing.factories import TEST_ADMIN_KEY
@@ -368,6 +368,28 @@ async def run(args: argparse.Namespace) -> None:
                         )
                     ).all()
                 )
+                # What became of the rest: left queued, running, or ended otherwise (by
+                # whom, why), and whether the trust loops quarantined any node.
+                elsewhere = [
+                    tuple(row)
+                    for row in (
+                        await session.execute(
+                            select(
+                                InvokeRow.status,
+                                InvokeRow.error_code,
+                                InvokeRow.attempts,
+                                func.count(),
+                            )
+                            .where(InvokeRow.status.not_in(("queued", "done")))
+                            .group_by(InvokeRow.status, InvokeRow.error_code, InvokeRow.attempts)
+                        )
+                    ).all()
+                ]
+                quarantined = await session.scalar(
+                    select(func.count())
+                    .select_from(NodeRow)
+                    .where(NodeRow.quarantined_at.is_not(None))
+                )
             reported_twice = sum(1 for n in Counter(tally.reported).values() if n > 1)
         finally:
             for agent in agents:
@@ -417,6 +439,12 @@ async def run(args: argparse.Namespace) -> None:
     )
     if not_done:
         print(f"reported but not done (status, attempts): {dict(not_done)}")
+    if elsewhere:
+        print(
+            "neither queued nor done at the end (status, error, attempts, count): "
+            f"{sorted(elsewhere)}"
+        )
+    print(f"nodes quarantined: {quarantined}")
     if tally.errors:
         print(f"errors: {dict(tally.errors)}")
 

@@ -24,11 +24,16 @@ M = TypeVar("M", bound=Base)
 
 
 def whole_row(
-    model: type[Base], rest: str, *, extra: str = "", extra_datetimes: tuple[str, ...] = ()
+    model: type[Base],
+    rest: str,
+    *,
+    extra: str = "",
+    extra_datetimes: tuple[str, ...] = (),
+    extra_jsons: tuple[str, ...] = (),
 ) -> Sql:
     """`SELECT` every column of `model`'s table (qualified by its name), then `extra`
-    columns (those of them that are datetimes named in `extra_datetimes`), `FROM` the
-    table, then `rest` (joins, `WHERE`, locks)."""
+    columns (those of them that are datetimes named in `extra_datetimes`, JSON in
+    `extra_jsons`), `FROM` the table, then `rest` (joins, `WHERE`, locks)."""
     table = model.__table__
     name = str(model.__tablename__)
     columns = ", ".join(f"{name}.{column.name}" for column in table.columns)
@@ -38,7 +43,7 @@ def whole_row(
             *(c.name for c in table.columns if isinstance(c.type, UTCDateTime | DateTime)),
             *extra_datetimes,
         ],
-        jsons=[c.name for c in table.columns if isinstance(c.type, JSON)],
+        jsons=[*(c.name for c in table.columns if isinstance(c.type, JSON)), *extra_jsons],
     )
 
 

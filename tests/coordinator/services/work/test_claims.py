@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.orm import NodeRow
-from gpu_share.coordinator.services.work import fair_share, preemption, rivals
+from gpu_share.coordinator.services.work import fair_share, node_load, preemption, rivals
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import HELLO_WORLD, TenantHandle
@@ -280,7 +280,11 @@ async def test_a_claim_with_nothing_queued_reads_neither_candidates_nor_placed_w
 
         return counting
 
-    for module, name in ((fair_share, "candidates"), (preemption, "placed_on")):
+    for module, name in (
+        (fair_share, "candidates"),
+        (preemption, "placed_on"),
+        (node_load, "load_of"),  # the node's load comes with the node's own read
+    ):
         monkeypatch.setattr(module, name, counted(name, getattr(module, name)))
     assert await agent.lease() == []
     assert reads == []

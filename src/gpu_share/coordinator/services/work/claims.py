@@ -79,17 +79,21 @@ async def claim(
     started = time.perf_counter()
     try:
         tx = await driver_of(session)
-        found = await tx.fetchrow(_NODE_AND_PROVIDER, node_id=node_id, **preemption.placed_params())
+        found = await tx.fetchrow(
+            _NODE_AND_PROVIDER[tx.dialect], node_id=node_id, now=now, **preemption.placed_params()
+        )
         if found is None:
             raise NotFound(f"node {node_id} does not exist")
         node = driver_models.transient(NodeRow, found)
         marks = _marks(node)
         backlog = Backlog(queued=bool(found["work_queued"]), placed=bool(found["work_placed"]))
+        load = node_load.load_from_json(found["node_load"], node_id, now)
         jobs = await _claim(
             session,
             node,
             found["provider_suspended_at"],
             backlog,
+            load,
             request,
             now,
             ctx,
@@ -105,17 +109,23 @@ async def claim(
     return jobs
 
 
-_NODE_AND_PROVIDER = driver_models.whole_row(
-    NodeRow,
-    "JOIN providers ON providers.id = nodes.provider_id WHERE nodes.id = :node_id",
-    extra=", providers.suspended_at AS provider_suspended_at"  # noqa: S608 (constants)
-    f", EXISTS ({_QUEUED_ROW}) AS work_queued"
-    ", EXISTS (SELECT 1 FROM invokes"
-    f" WHERE {preemption.placed_on_node('nodes.id')}) AS work_placed",
-    extra_datetimes=("provider_suspended_at",),
-)
+_NODE_AND_PROVIDER = {
+    dialect: driver_models.whole_row(
+        NodeRow,
+        "JOIN providers ON providers.id = nodes.provider_id WHERE nodes.id = :node_id",
+        extra=", providers.suspended_at AS provider_suspended_at"  # noqa: S608 (constants)
+        f", EXISTS ({_QUEUED_ROW}) AS work_queued"
+        ", EXISTS (SELECT 1 FROM invokes"
+        f" WHERE {preemption.placed_on_node('nodes.id')}) AS work_placed"
+        f", {node_load.in_node_read(dialect)}",
+        extra_datetimes=("provider_suspended_at",),
+        extra_jsons=("node_load",),
+    )
+    for dialect in ("postgresql", "sqlite")
+}
 """The claiming node, whether its provider is suspended, whether any invoke is queued at
-all, and whether work is placed on this node (`Backlog`)."""
+all, whether work is placed on this node (`Backlog`), and its load at `:now`
+(`node_load`): one round trip."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +135,7 @@ class Backlog:
     reservation work, placed work, spot checks alike), so with none queued the claim
     reads only the node's load (its long-poll marks need the free slots); and work placed
     for a preemption is read only where some is placed. Read in the node's statement, so
-    an idle agent's claim is three statements, not six."""
+    an idle agent's claim is two statements (its node with its load, then its marks), not six."""
 
     queued: bool
     placed: bool
@@ -154,6 +164,7 @@ async def _claim(
     node: NodeRow,
     provider_suspended_at: datetime | None,
     backlog: Backlog,
+    load: node_load.NodeLoad,
     request: wire.LeaseRequest,
     now: datetime,
     ctx: LeaseContext,
@@ -175,7 +186,6 @@ async def _claim(
     # Quarantined (`node_listed`) or its provider suspended: no work (docs/trust.md).
     if provider_suspended_at is not None or not node_listed(node) or not in_window(node, now):
         return []
-    load = await node_load.load_of(session, node_id, now)
     free = min(request.slots, node.max_concurrent_jobs - load.running)
     if free <= 0:
         return []
