@@ -22,7 +22,6 @@ Run: .venv/bin/python bench/scale.py [--agents 1000] [--workers 3] [--queued 100
 
 import argparse
 import asyncio
-import contextlib
 import os
 import random
 import ssl
@@ -181,7 +180,10 @@ async def agent_loop(
     0: at once), reports done."""
 
     async def beat() -> None:
-        while not stop.is_set():
+        # Until the agent's loop ends, not merely until `stop`: the job it holds then
+        # still runs to its report, and a lease it stopped beating for would run out
+        # (every long-job run counted those as stale reports before).
+        while True:
             try:
                 # the leases it holds, as a real agent's beat carries them: a job that
                 # runs longer than a lease's TTL keeps it
@@ -190,8 +192,7 @@ async def agent_loop(
                 interval[0] = ack.heartbeat_interval_sec
             except Exception as exc:
                 tally.errors[f"heartbeat {type(exc).__name__}"] += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval[0] * random.uniform(0.9, 1.1))
+            await asyncio.sleep(interval[0] * random.uniform(0.9, 1.1))
 
     beating = asyncio.create_task(beat())
     try:
