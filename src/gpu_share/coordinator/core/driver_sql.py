@@ -24,6 +24,8 @@ so the application answers them as it answers the ORM's: one error family.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 import sqlite3
@@ -213,14 +215,21 @@ async def postgres_transaction(connection: asyncpg.Connection) -> AsyncIterator[
 
 @asynccontextmanager
 async def sqlite_transaction(connection: Any) -> AsyncIterator[DriverTx]:
-    """`BEGIN IMMEDIATE`, as every write transaction on SQLite (`Database.write`)."""
-    with _as_sqlalchemy_errors(None):
-        await connection.execute("BEGIN IMMEDIATE")
+    """`BEGIN IMMEDIATE`, as every write transaction on SQLite (`Database.write`).
+
+    A cancel while the BEGIN is on its way (a request or loop stopped at shutdown) must
+    not leave it open: aiosqlite runs the BEGIN in its thread all the same, and the
+    connection would go back to the pool holding the database's write lock, every other
+    writer waiting out the busy timeout. So anything that ends the block early sends a
+    ROLLBACK, shielded from a second cancel; aiosqlite runs it after the BEGIN (one
+    queue per connection), and one with nothing to roll back is no error."""
     try:
+        with _as_sqlalchemy_errors(None):
+            await connection.execute("BEGIN IMMEDIATE")
         yield SqliteTx(connection)
     except BaseException:
-        with _as_sqlalchemy_errors(None):
-            await connection.execute("ROLLBACK")
+        with contextlib.suppress(sqlite3.OperationalError):  # no transaction is active
+            await asyncio.shield(connection.execute("ROLLBACK"))
         raise
     with _as_sqlalchemy_errors(None):
         await connection.execute("COMMIT")
