@@ -326,7 +326,8 @@ async def run(args: argparse.Namespace) -> None:
             # load
             # The load is timed from the first batch queued: agents take work from the
             # first committed batch on, while the rest are still being written.
-            claims_before = await claim_buckets(server.url)
+            if not args.job_seconds:
+                claims_before = await claim_buckets(server.url)
             cpu_before = server.cpu_sec()
             load_started = tally.queued_at = time.perf_counter()
             # With jobs of some length every agent takes one at once, then they come back

@@ -326,7 +326,7 @@ async def finish(
         invoke=lease.invoke_id,
         node=lease.node_id,
         token=lease.token,
-        **({"log_text": text} if tx.dialect == "postgresql" else {}),
+        log_text=text,  # SQLite's statement names none: the driver passes what it names
     )
     if final is None:
         return False
