@@ -360,7 +360,7 @@ def create_app(
         await migrate.upgrade(settings.database_url)
         db = Database(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
         the_clock = clock or SystemClock()
-        notifier = notifier_for(settings.database_url)
+        notifier = notifier_for(settings.database_url, db.backend_pids)
         await notifier.start()
         replica = Replica(
             settings=settings,

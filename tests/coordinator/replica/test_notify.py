@@ -2,11 +2,14 @@
 across replicas (PostgreSQL LISTEN/NOTIFY with the key as payload)."""
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
 
-from gpu_share.coordinator.replica.notify import Channel, Notifier, PostgresNotifier
+from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.driver_sql import Sql
+from gpu_share.coordinator.replica.notify import Channel, Notifier, PostgresNotifier, in_statement
 
 
 async def test_a_keyed_publish_wakes_its_watchers_only() -> None:
@@ -117,3 +120,61 @@ async def test_a_replica_wakes_its_own_waiters_once_per_publish(
     # wakes the other: anyone else's NOTIFY on the database would reach both alike.
     assert there.version(Channel.WORK) - theirs >= 3
     assert here.version(Channel.WORK) - mine == there.version(Channel.WORK) - theirs
+
+
+async def _until_listening(sender: PostgresNotifier, listener: PostgresNotifier) -> None:
+    """Publish until `listener` hears `sender` (a listener that connects wakes all)."""
+    for _ in range(100):
+        seen = listener.version(Channel.WORK)
+        await sender.publish(Channel.WORK)
+        await listener.wait(Channel.WORK, seen, 0.1)
+        if listener.version(Channel.WORK) != seen:
+            return
+    raise AssertionError("the replica never heard the other")
+
+
+async def _heard_after(notifier: PostgresNotifier, since: int, count: int) -> int:
+    for _ in range(250):
+        if notifier.version(Channel.WORK) >= since + count:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.2)  # and anything more in flight
+    return notifier.version(Channel.WORK) - since
+
+
+async def test_a_notify_committed_in_a_statement_reaches_other_replicas_not_its_own(
+    db_url: str,
+) -> None:
+    """The submit's and the verdict's NOTIFYs ride in their statements (`in_statement`),
+    on the pool's connections: the other replica hears each once at the commit, none
+    from a rolled-back transaction, and this replica ignores its own coming back."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("replicas tell each other through PostgreSQL only")
+    db = Database(db_url)
+    here = PostgresNotifier(db_url, own_backends=db.backend_pids)
+    there = PostgresNotifier(db_url)
+    await here.start()
+    await there.start()
+    notifying = Sql(f"SELECT {in_statement(Channel.WORK)} AS notified")
+    try:
+        await _until_listening(here, there)
+        await _until_listening(there, here)
+        await asyncio.sleep(0.2)  # nothing of the warm-up left in flight
+        mine, theirs = here.version(Channel.WORK), there.version(Channel.WORK)
+
+        async with db.driver_write() as tx:
+            await tx.fetchrow(notifying)
+        here.told_by_commit(Channel.WORK)
+        with contextlib.suppress(RuntimeError):
+            async with db.driver_write() as tx:
+                await tx.fetchrow(notifying)
+                raise RuntimeError("the submit failed after its INSERT: rolled back")
+
+        assert db.backend_pids  # the pool's connection is known
+        assert await _heard_after(there, theirs, 1) == 1
+        assert here.version(Channel.WORK) - mine == 1  # the local wake, not its echo
+    finally:
+        await here.close()
+        await there.close()
+        await db.dispose()
+    assert not db.backend_pids  # closed connections are forgotten

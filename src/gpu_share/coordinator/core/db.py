@@ -65,6 +65,11 @@ class Database:
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._write_sessions = async_sessionmaker(self._write_engine, expire_on_commit=False)
         self._sqlite_write_lock = asyncio.Lock()
+        self.backend_pids: set[int] = set()
+        """PostgreSQL: the server pids of this pool's open connections. A NOTIFY sent in
+        one of its transactions comes back from one of them (`notify`)."""
+        if not self.is_sqlite:
+            _track_backends(self.engine, self.backend_pids)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -190,6 +195,23 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
         conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _track_backends(engine: AsyncEngine, pids: set[int]) -> None:
+    """Keep `pids` to the server pids of the pool's open connections (`backend_pids`)."""
+    pool = engine.sync_engine.pool
+
+    @event.listens_for(pool, "connect")
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        record.info["backend_pid"] = dbapi_connection.driver_connection.get_server_pid()
+        pids.add(record.info["backend_pid"])
+
+    def forget(record: Any) -> None:
+        pids.discard(record.info.pop("backend_pid", None))
+
+    event.listen(pool, "close", lambda _connection, record: forget(record))
+    event.listen(pool, "detach", lambda _connection, record: forget(record))
+    event.listen(pool, "invalidate", lambda _connection, record, _error: forget(record))
 
 
 def _ping_after_idle(engine: AsyncEngine, idle_sec: float) -> None:

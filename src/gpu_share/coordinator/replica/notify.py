@@ -8,12 +8,20 @@ publish without a key wakes everyone on the channel. With PostgreSQL, replicas t
 each other through LISTEN/NOTIFY (the key as payload); the listener reconnects on its
 own, and waiters never sleep longer than `max_wait`, so a lost notification costs
 latency, not work: a woken waiter always re-reads the database.
+
+Every job publishes twice (its submit on WORK, its verdict on FINISHED). Those two ride
+in the statement that commits them (`in_statement`: PostgreSQL delivers a NOTIFY at its
+transaction's commit, and never for one rolled back), so they cost no round trip of
+their own; the code that committed then wakes this replica's waiters (`told_by_commit`).
+Colder paths `publish` on a connection of the notifier's own. Either way a replica
+ignores its own NOTIFYs when they come back: they come from backends it knows (its
+pool's, `Database.backend_pids`, and its sender's).
 """
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 from enum import StrEnum
 from typing import Any
 
@@ -98,6 +106,11 @@ class Notifier:
     async def publish(self, channel: Channel, key: str | None = None) -> None:
         self.bump(channel, key)
 
+    def told_by_commit(self, channel: Channel, key: str | None = None) -> None:
+        """A committed statement published this (`in_statement`): the other replicas hear
+        it from the database; this one's waiters are woken here."""
+        self.bump(channel, key)
+
     async def start(self) -> None:
         pass
 
@@ -112,8 +125,17 @@ class Notifier:
 
 
 class PostgresNotifier(Notifier):
-    def __init__(self, database_url: str, *, max_wait: float = 5.0) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        max_wait: float = 5.0,
+        own_backends: Set[int] = frozenset(),
+    ) -> None:
+        """`own_backends`: the backend pids of this replica's pooled connections, kept
+        current by its `Database`: NOTIFYs from them are this replica's own."""
         super().__init__(max_wait=max_wait)
+        self._own_backends = own_backends
         self._dsn = (
             make_url(database_url)
             .set(drivername="postgresql")
@@ -158,8 +180,8 @@ class PostgresNotifier(Notifier):
             await backoff.sleep(self._stop)
 
     def _on_notify(self, _conn: Any, pid: int, channel: str, payload: str) -> None:
-        if pid == self._sender_pid:
-            return  # this replica's own publish, whose waiters `publish` woke already
+        if pid == self._sender_pid or pid in self._own_backends:
+            return  # this replica's own, whose waiters were woken here already
         with contextlib.suppress(ValueError):
             self.bump(Channel(channel), payload or None)
 
@@ -187,7 +209,15 @@ class PostgresNotifier(Notifier):
                 await self._sender.close()
 
 
-def notifier_for(database_url: str) -> Notifier:
+def notifier_for(database_url: str, own_backends: Set[int] = frozenset()) -> Notifier:
     if make_url(database_url).get_backend_name() == "postgresql":
-        return PostgresNotifier(database_url)
+        return PostgresNotifier(database_url, own_backends=own_backends)
     return Notifier()
+
+
+def in_statement(channel: Channel, key_sql: str = "''") -> str:
+    """The SQL expression that publishes on `channel` when its statement's transaction
+    commits (PostgreSQL's `pg_notify`), for a `SELECT` list; `key_sql` is an SQL
+    expression for the key (a column), or the empty key (wakes every waiter). The code
+    that commits it calls `told_by_commit` after."""
+    return f"pg_notify('{channel.value}', {key_sql})"

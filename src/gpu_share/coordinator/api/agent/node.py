@@ -237,7 +237,8 @@ async def report_result(
             replica.clock.now(),
             replica.settings,
         )
-    await replica.notifier.publish(Channel.FINISHED, invoke_id)
+    # Other replicas heard it at the commit (`invoke_state.finish`).
+    replica.notifier.told_by_commit(Channel.FINISHED, invoke_id)
     if body.next is None or replica.notifier.closed:
         return wire.LeaseResponse(jobs=[])
     async with replica.claim_gate, replica.db.write() as session:

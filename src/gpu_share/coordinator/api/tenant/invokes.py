@@ -75,8 +75,8 @@ async def create_invoke(
         origins=origins(replica, request),
         now=replica.clock.now(),
     )
-    if created:
-        await replica.notifier.publish(Channel.WORK)
+    if created:  # other replicas heard it at the commit (`invokes.create`)
+        replica.notifier.told_by_commit(Channel.WORK)
     headers = {"Location": f"/v1/gpu/invokes/{invoke.id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"

@@ -40,6 +40,7 @@ from gpu_share.coordinator.core.db import driver_of
 from gpu_share.coordinator.core.driver_sql import DriverTx, Sql, sql_list
 from gpu_share.coordinator.core.orm import InvokeRow
 from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
+from gpu_share.coordinator.replica.notify import Channel, in_statement
 from gpu_share.coordinator.services.money import billing
 from gpu_share.coordinator.services.webhooks import events
 from gpu_share.protocol.errors import ErrorCode
@@ -264,14 +265,15 @@ _FINISH_SET = (
     f" RETURNING {', '.join(billing.SETTLED_NAMES)}, webhook_url"
 )
 _FINISH = {
-    # The verdict and the log's last lines in one statement: the INSERT runs only where
-    # the UPDATE made the invoke final.
+    # The verdict, the log's last lines and the NOTIFY that wakes its waiters on other
+    # replicas at the commit, in one statement: the INSERT runs only where the UPDATE
+    # made the invoke final.
     "postgresql": Sql(
         f"WITH final AS ({_FINISH_SET}), logged AS ("  # noqa: S608 (constants)
         " INSERT INTO invoke_logs (invoke_id, attempt, created_at, text)"
         " SELECT id, attempts, CAST(:finished_at AS TIMESTAMPTZ), CAST(:log_text AS TEXT)"
         " FROM final WHERE CAST(:log_text AS TEXT) IS NOT NULL)"
-        " SELECT * FROM final",
+        f" SELECT final.*, {in_statement(Channel.FINISHED, 'final.id')} AS notified FROM final",
         datetimes=("started_at", "finished_at"),
         jsons=("result",),
     ),
@@ -279,7 +281,8 @@ _FINISH = {
     "sqlite": Sql(_FINISH_SET, datetimes=("started_at", "finished_at"), jsons=("result",)),
 }
 """`finish`: the agent's verdict on the lease it holds, with its cost where it is known
-then (`billing.cost_at_finish`) and the log's last lines, returning what settling needs."""
+then (`billing.cost_at_finish`) and the log's last lines, returning what settling needs;
+on PostgreSQL it publishes the invoke on FINISHED (`notify.in_statement`)."""
 
 _LOGGED = Sql(
     "INSERT INTO invoke_logs (invoke_id, attempt, created_at, text)"

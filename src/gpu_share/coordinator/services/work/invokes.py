@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import driver_models
 from gpu_share.coordinator.core.db import Database, driver_of
+from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.errors import (
     Conflict,
     InsufficientBalance,
@@ -26,7 +27,7 @@ from gpu_share.coordinator.core.ids import checked_cursor, new_id
 from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow, NodeRow
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.core.statuses import CHECK_CAME_BACK
-from gpu_share.coordinator.replica.notify import Channel, Notifier
+from gpu_share.coordinator.replica.notify import Channel, Notifier, in_statement
 from gpu_share.coordinator.services.money import billing, spending_limits
 from gpu_share.coordinator.services.nodes import nodes, shortfall
 from gpu_share.coordinator.services.nodes.placement import (
@@ -258,6 +259,19 @@ async def reserve_plan(
     return reserve, placed
 
 
+_INSERT = driver_models.insert_of(InvokeRow)
+_QUEUE = {
+    "postgresql": Sql(
+        f"WITH queued AS ({_INSERT.text} RETURNING id)"  # noqa: S608 (the model's names)
+        f" SELECT {in_statement(Channel.WORK)} FROM queued",
+        jsons=_INSERT.jsons,
+    ),
+    "sqlite": _INSERT,
+}
+"""`create`'s INSERT; on PostgreSQL it also publishes on WORK at the commit
+(`notify.in_statement`): its caller wakes this replica's pollers (`told_by_commit`)."""
+
+
 async def create(
     db: Database,
     settings: Settings,
@@ -346,9 +360,7 @@ async def create(
             await _reserve(session, settings, row, reserve, now)
             # Every submit writes one: on the driver (`driver_models`), in this transaction.
             tx = await driver_of(session)
-            await tx.execute(
-                driver_models.insert_of(InvokeRow), **driver_models.flushed_values(row)
-            )
+            await tx.execute(_QUEUE[tx.dialect], **driver_models.flushed_values(row))
             invoke = to_wire(row)
     except IntegrityError:
         if idempotency_key is None:

@@ -226,8 +226,8 @@ async def create_invoke(signed: SignedTenant) -> Response:
     except ApiError as exc:
         errors["form"] = exc.message
         return await _invokes_page(browser, tenant, values=values, errors=errors, code=exc.status)
-    if created:
-        await replica.notifier.publish(Channel.WORK)
+    if created:  # other replicas heard it at the commit (`invokes.create`)
+        replica.notifier.told_by_commit(Channel.WORK)
     return browser.redirect(f"/console/invokes/{invoke.id}", flash=f"Invoke {invoke.id} is queued.")
 
 
