@@ -9,7 +9,13 @@ import pytest
 from sqlalchemy import exc, select
 
 from gpu_share.coordinator.core.db import Database, driver_of
-from gpu_share.coordinator.core.driver_sql import Sql, sql_list, sqlite_transaction, sqlite_value
+from gpu_share.coordinator.core.driver_sql import (
+    Sql,
+    postgres_transaction,
+    sql_list,
+    sqlite_transaction,
+    sqlite_value,
+)
 from gpu_share.coordinator.core.orm import LedgerTransactionRow
 
 _INSERT = Sql(
@@ -249,3 +255,28 @@ async def test_a_write_cancelled_while_it_begins_leaves_no_transaction_open(db: 
             await beginning
         await raw.execute("SELECT 1")  # runs after whatever was queued before it
         assert not raw.in_transaction
+
+
+async def test_a_postgres_write_cancelled_while_it_begins_leaves_the_connection_clean(
+    db: Database,
+) -> None:
+    # The same cancel on PostgreSQL: the BEGIN reaches the server all the same. The
+    # connection goes back to the pool, and the next transaction on it must begin,
+    # commit and be seen by others, not run inside the one left open (where its COMMIT
+    # would commit nothing).
+    if db.is_sqlite:
+        pytest.skip("asyncpg's transactions; SQLite's are the test above")
+    async with db.engine.connect() as connection:
+        raw = (await connection.get_raw_connection()).driver_connection
+        assert raw is not None
+        await raw.execute("CREATE TEMP TABLE IF NOT EXISTS cancelled_begin (n int)")
+        beginning = asyncio.create_task(postgres_transaction(raw).__aenter__())
+        await asyncio.sleep(0)  # the BEGIN is on the wire
+        beginning.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await beginning
+        async with postgres_transaction(raw) as tx:
+            await tx.execute(Sql("INSERT INTO cancelled_begin (n) VALUES (1)"))
+        assert not raw.is_in_transaction()
+        await raw.execute("ROLLBACK")  # were it still open, this would undo the INSERT
+        assert await raw.fetchval("SELECT count(*) FROM cancelled_begin") == 1

@@ -200,17 +200,29 @@ class SqliteTx:
 
 @asynccontextmanager
 async def postgres_transaction(connection: asyncpg.Connection) -> AsyncIterator[DriverTx]:
-    with _as_sqlalchemy_errors(None):
-        transaction = connection.transaction()
-        await transaction.start()
+    """BEGIN, then COMMIT, or ROLLBACK if the block fails.
+
+    Written as the statements, not asyncpg's `Transaction`: one cancelled while its BEGIN
+    is on its way (a request or a loop stopped at shutdown) stays marked as the
+    connection's open transaction, so the next on that pooled connection became a
+    SAVEPOINT inside the one the server had begun, and its "commit" released the
+    savepoint and committed nothing. Anything that ends the block early, the BEGIN or the
+    COMMIT included, sends a ROLLBACK, shielded from a second cancel: asyncpg sends it once
+    the cancelled statement is answered, and one with nothing to roll back is a warning,
+    not an error. The connection goes back to the pool with no transaction open. (A
+    COMMIT cancelled on its way may have committed: as with a connection lost then, the
+    caller cannot know.)"""
     try:
-        yield PostgresTx(connection)
-    except BaseException:
         with _as_sqlalchemy_errors(None):
-            await transaction.rollback()
+            await connection.execute("BEGIN")
+        yield PostgresTx(connection)
+        with _as_sqlalchemy_errors(None):
+            await connection.execute("COMMIT")
+    except BaseException:
+        # The block's own error is the one to raise, not a dead connection's.
+        with contextlib.suppress(Exception):
+            await asyncio.shield(connection.execute("ROLLBACK"))
         raise
-    with _as_sqlalchemy_errors(None):
-        await transaction.commit()
 
 
 @asynccontextmanager
