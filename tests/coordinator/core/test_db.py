@@ -1,11 +1,15 @@
 """The engine hands out live connections (`Database`, PostgreSQL's pool)."""
 
+import asyncio
+import contextlib
+
 import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from gpu_share.coordinator.core.db import Database
+from gpu_share.coordinator.core.db import Database, driver_of
+from gpu_share.coordinator.core.driver_sql import Sql
 
 
 async def _backend_pid(db: Database) -> int:
@@ -52,5 +56,46 @@ async def test_a_connection_used_moments_ago_is_handed_out_without_a_ping(
         with pytest.raises(DBAPIError):
             await _backend_pid(db)
         assert await _backend_pid(db) != dead
+    finally:
+        await db.dispose()
+
+
+_COUNTED = Sql("INSERT INTO cancelled_writes (n) VALUES (:n)")
+
+
+async def test_writes_cancelled_as_they_begin_leave_no_connection_that_loses_the_next(
+    postgres_url: str,
+) -> None:
+    # A write cancelled at any point of its start (here: after 0 to 11 turns of the loop,
+    # which lands some cancels while asyncpg's BEGIN is on its way) must leave the pool
+    # able to run the next write, through the session as through the driver, and commit
+    # it. Before, such a connection (the pool's only one here) failed every later session
+    # write ("SAVEPOINT can only be used in transaction blocks") or committed nothing.
+    db = Database(postgres_url)
+    try:
+        async with db.driver_write() as tx:
+            await tx.execute(Sql("CREATE TABLE cancelled_writes (n int)"))
+
+        async def cancelled_write() -> None:
+            async with db.write() as session:
+                await (await driver_of(session)).execute(_COUNTED, n=-1)
+
+        for turns in range(12):
+            write = asyncio.create_task(cancelled_write())
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            write.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await write
+            async with db.write() as session:
+                await (await driver_of(session)).execute(_COUNTED, n=turns)
+            async with db.driver_write() as tx:
+                await tx.execute(_COUNTED, n=100 + turns)
+        async with db.driver_read() as tx:
+            rows = await tx.fetch(Sql("SELECT n FROM cancelled_writes WHERE n >= 0"))
+        assert sorted(row["n"] for row in rows) == [*range(12), *range(100, 112)]
+        async with db.engine.connect() as connection:
+            driver = (await connection.get_raw_connection()).driver_connection
+            assert hasattr(driver, "_top_xact")  # what the pool's check reads (`db.py`)
     finally:
         await db.dispose()

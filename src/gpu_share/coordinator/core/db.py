@@ -70,6 +70,7 @@ class Database:
         one of its transactions comes back from one of them (`notify`)."""
         if not self.is_sqlite:
             _track_backends(self.engine, self.backend_pids)
+            _discard_left_in_transaction(self.engine)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -212,6 +213,30 @@ def _track_backends(engine: AsyncEngine, pids: set[int]) -> None:
     event.listen(pool, "close", lambda _connection, record: forget(record))
     event.listen(pool, "detach", lambda _connection, record: forget(record))
     event.listen(pool, "invalidate", lambda _connection, record, _error: forget(record))
+
+
+def _discard_left_in_transaction(engine: AsyncEngine) -> None:
+    """Never hand out a PostgreSQL connection a cancelled task left inside a transaction.
+
+    A task cancelled while its BEGIN is on its way (a request or a loop stopped at
+    shutdown) leaves asyncpg's `Transaction` marked as the connection's open one, whether
+    or not the server began it. SQLAlchemy's adapter then could not roll it back, and
+    the pool took the connection back as it was: every later transaction on it (each
+    begun through asyncpg's `Transaction`, as the adapter begins them) became a SAVEPOINT,
+    failing outside a transaction block or committing nothing inside the one left open.
+    Such a connection is discarded at its next checkout, as a dead one is (the server
+    rolls back what it held open), and the pool hands out another.
+
+    asyncpg says whether the server is in a transaction (`is_in_transaction`), but not
+    whether a `Transaction` of its own is marked open: that is its `_top_xact`
+    (`tests/coordinator/core/test_db.py` pins what this reads)."""
+    pool = engine.sync_engine.pool
+
+    @event.listens_for(pool, "checkout")
+    def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        driver = dbapi_connection.driver_connection
+        if driver.is_in_transaction() or getattr(driver, "_top_xact", None) is not None:
+            raise exc.DisconnectionError("pooled connection was left inside a transaction")
 
 
 def _ping_after_idle(engine: AsyncEngine, idle_sec: float) -> None:
