@@ -425,6 +425,42 @@ async def end_to_end(
     return timings
 
 
+async def ledger_postings(dsn: str) -> dict[str, int]:
+    """How many ledger transactions of each kind the runs posted: a priced job posts its
+    reserve and its settlement, a free one nothing."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch("SELECT kind, count(*) AS n FROM ledger_transactions GROUP BY kind")
+    finally:
+        await conn.close()
+    return {row["kind"]: row["n"] for row in rows}
+
+
+async def accounts(http: httpx.AsyncClient, *, priced: bool) -> tuple[str, str]:
+    """The bench's tenant key and provider enrollment token (`http` speaks as the admin);
+    `priced`: the provider prices CPU work and the tenant has money, so that every job
+    posts its reserve and its settlement to the ledger, as a paid job does."""
+    tenant = (
+        await http.post("/v1/admin/tenants", json={"name": "bench", "email": "b@example.com"})
+    ).json()
+    provider = (
+        await http.post("/v1/admin/providers", json={"name": "bench", "email": "p@example.com"})
+    ).json()
+    if priced:
+        price = await http.put(
+            "/v1/provider/prices/cpu",
+            json={"price_per_gpu_hour": "0.36", "spot_discount_pct": 40},
+            headers={"Authorization": f"Bearer {provider['api_key']}"},
+        )
+        top_up = await http.post(
+            f"/v1/admin/tenants/{tenant['id']}/top-ups",
+            json={"amount": "1000000", "reference": "bench"},
+        )
+        if price.status_code != 200 or top_up.status_code not in (200, 201):
+            raise SystemExit(f"pricing failed: {price.text} {top_up.text}")
+    return tenant["api_key"], provider["enrollment_token"]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=1000)
@@ -434,6 +470,12 @@ async def main() -> None:
     parser.add_argument("--e2e-samples", type=int, default=20)
     parser.add_argument(
         "--e2e-gap", type=float, default=0.0, help="seconds between invokes in (c); 0: back to back"
+    )
+    parser.add_argument(
+        "--priced",
+        action="store_true",
+        help="the provider prices CPU work and the tenant holds a balance: every job reserves"
+        " at its submit and is settled through the ledger at its result (else all is free)",
     )
     args = parser.parse_args()
 
@@ -484,16 +526,7 @@ async def main() -> None:
             async with httpx.AsyncClient(
                 base_url=base, headers={"Authorization": f"Bearer {admin_key}"}
             ) as http:
-                tenant_key = (
-                    await http.post(
-                        "/v1/admin/tenants", json={"name": "bench", "email": "b@example.com"}
-                    )
-                ).json()["api_key"]
-                token = (
-                    await http.post(
-                        "/v1/admin/providers", json={"name": "bench", "email": "p@example.com"}
-                    )
-                ).json()["enrollment_token"]
+                tenant_key, token = await accounts(http, priced=args.priced)
             tenant = {"Authorization": f"Bearer {tenant_key}"}
 
             process = psutil.Process(server.pid)
@@ -503,6 +536,7 @@ async def main() -> None:
             )
             three, fast, ours = ways["three"], ways["fast"], ways["next"]
             lean = ways["minimal"]
+            postings = await ledger_postings(dsn)
             floor_ms = await request_floor_ms(base, process)
             beat_ms = await heartbeat_ms(base, token, process)
             latencies = await enqueue_latency(base, token, tenant, args.latency_samples)
@@ -540,6 +574,10 @@ async def main() -> None:
         f" lease + result {lean.drain_cpu_ms:.1f})"
     )
     print(f"    bare SKIP LOCKED loop:         {bare:8.0f} jobs/s")
+    print(
+        f"    ours {'priced' if args.priced else 'free (--priced: paid jobs)'}; ledger postings"
+        f" by kind: {postings or 'none'}"
+    )
     print(f"    server CPU of a request that does no work (a 404): {floor_ms:.2f} ms")
     print(f"    server CPU of an idle node's heartbeat: {beat_ms:.2f} ms")
     if args.latency_samples:

@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core import driver_models
 from gpu_share.coordinator.core.db import driver_of
 from gpu_share.coordinator.core.driver_sql import Row as DriverRow
 from gpu_share.coordinator.core.driver_sql import Sql
@@ -164,12 +165,18 @@ async def placed_rate(session: AsyncSession, node: NodeRow, *, gpus: int, spot: 
 DEFAULT_COMMISSION_BPS: int = Settings.model_fields["commission_bps"].default
 
 
+_POSTED_DETAILS = Sql(
+    "SELECT details FROM ledger_transactions WHERE cause = :cause", jsons=("details",)
+)
+
+
 async def commission_of(session: AsyncSession, reserve_cause: str) -> int:
     """The commission in force when the money was reserved (kept with the RESERVE): work
-    accepted under one commission is charged under it."""
-    details = await session.scalar(
-        select(LedgerTransactionRow.details).where(LedgerTransactionRow.cause == reserve_cause)
-    )
+    accepted under one commission is charged under it. On the driver (`driver_sql`):
+    every paid job's charge reads it."""
+    tx = await driver_of(session)
+    posted = await tx.fetchrow(_POSTED_DETAILS, cause=reserve_cause)
+    details = posted["details"] if posted is not None else None
     found = (details or {}).get("commission_bps")
     return int(found) if isinstance(found, int) else DEFAULT_COMMISSION_BPS
 
@@ -226,6 +233,7 @@ class Settled:
 
 
 _COST = Sql("UPDATE invokes SET cost_micro = :cost WHERE id = :invoke")
+_NODE = driver_models.whole_row(NodeRow, "WHERE nodes.id = :node_id")
 
 _PROVIDER_SIDE_CODES = frozenset(code.value for code in PROVIDER_SIDE)
 
@@ -304,8 +312,10 @@ async def settle(session: AsyncSession, row: Row[*tuple[Any, ...]] | Settled, no
             details={"tenant_id": tenant, "work": "invoke", "work_id": invoke_id},
         )
         return charged
-    node = await session.get(NodeRow, row.node_id)
-    assert node is not None and row.started_at is not None and row.finished_at is not None
+    # Every paid job's charge reads its node: on the driver, as a row in no session.
+    found = await (await driver_of(session)).fetchrow(_NODE, node_id=row.node_id)
+    assert found is not None and row.started_at is not None and row.finished_at is not None
+    node = driver_models.transient(NodeRow, found)
     bps = await commission_of(session, reserve_cause(invoke_id))
     provider_share, commission = ledger.split_commission(cost, bps)
     details: ChargeDetails = {

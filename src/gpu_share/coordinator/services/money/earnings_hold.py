@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import BigInteger, ColumnElement, and_, delete, insert, literal, or_, select
+from sqlalchemy import ColumnElement, and_, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpu_share.coordinator.core.db import driver_of
+from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.orm import (
     EarningsHoldRow,
     LedgerAccountRow,
-    LedgerTransactionRow,
     NodeRow,
     ProviderRow,
 )
@@ -110,20 +111,23 @@ async def hold_charge(
     if amount_micro <= 0:
         return
     hold = await hold_of(session, node)
-    charge = LedgerTransactionRow
-    await session.execute(
-        insert(EarningsHoldRow).from_select(
-            ["charge_id", "provider_id", "node_id", "hold", "earned_at", "amount_micro"],
-            select(
-                charge.id,
-                literal(node.provider_id),
-                literal(node.id),
-                literal(hold.value),
-                charge.created_at,
-                literal(amount_micro, BigInteger),
-            ).where(charge.cause == charge_cause),
-        )
+    tx = await driver_of(session)  # every paid job's charge: on the driver (`driver_sql`)
+    await tx.execute(
+        _HOLD_CHARGE,
+        provider=node.provider_id,
+        node=node.id,
+        hold=hold.value,
+        amount=amount_micro,
+        cause=charge_cause,
     )
+
+
+_HOLD_CHARGE = Sql(
+    "INSERT INTO earnings_holds (charge_id, provider_id, node_id, hold, earned_at, amount_micro)"
+    " SELECT id, CAST(:provider AS TEXT), CAST(:node AS TEXT), CAST(:hold AS TEXT), created_at,"
+    " CAST(:amount AS BIGINT)"
+    " FROM ledger_transactions WHERE cause = :cause"
+)
 
 
 def release_cause(charge_id: str) -> str:

@@ -25,17 +25,18 @@ from enum import StrEnum
 from functools import cache
 from typing import Any, TypedDict
 
-from sqlalchemy import JSON, TextClause, bindparam, func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import metrics
+from gpu_share.coordinator.core.db import driver_of
+from gpu_share.coordinator.core.driver_sql import DriverTx, Sql
 from gpu_share.coordinator.core.errors import InsufficientBalance
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import (
     LedgerAccountRow,
     LedgerEntryRow,
     LedgerTransactionRow,
-    UTCDateTime,
 )
 from gpu_share.protocol.money import usdc_text
 
@@ -187,17 +188,16 @@ async def post(
     moves = sorted(((a, m) for a, m in net.items() if m), key=lambda pair: pair[0].id)
 
     transaction_id = new_id("txn")
-    inserted = await session.execute(
+    tx = await driver_of(session)
+    inserted = await tx.fetchrow(
         _INSERT_TRANSACTION,
-        {
-            "id": transaction_id,
-            "cause": cause,
-            "kind": kind.value,
-            "created_at": now,
-            "details": dict(details or {}),
-        },
+        id=transaction_id,
+        cause=cause,
+        kind=kind.value,
+        created_at=now,
+        details=dict(details or {}),
     )
-    if inserted.scalar_one_or_none() is None:
+    if inserted is None:
         return False
     # Kept balances change in account id order, so that concurrent postings lock alike;
     # a run of credits is one statement. Shared accounts keep no balance (see above).
@@ -207,29 +207,27 @@ async def post(
         if amount > 0:
             credits.append((account, amount))
             continue
-        await _credit(session, credits, now)
+        await _credit(tx, credits, now)
         credits = []
-        if not await _take(session, account, -amount):
-            await _credit(session, [(a, -m) for a, m in kept[:at]], now)  # undo, in order
-            await session.execute(_DELETE_TRANSACTION, {"id": transaction_id})
+        if not await tx.execute(_TAKE, id=account.id, amount=-amount):
+            await _credit(tx, [(a, -m) for a, m in kept[:at]], now)  # undo, in order
+            await tx.execute(_DELETE_TRANSACTION, id=transaction_id)
             have = await balance(session, account)
             raise InsufficientBalance(
                 f"{_WHOSE[account.kind]} holds {usdc_text(have)} USDC; "
                 f"this needs {usdc_text(-amount)}",
                 details={"available": usdc_text(have), "required": usdc_text(-amount)},
             )
-    await _credit(session, credits, now)
+    await _credit(tx, credits, now)
     moved = sum(m for _, m in moves if m > 0)
     metrics.after_commit(session, lambda: _count_posting(kind, moved))
     if moves:
-        await session.execute(
+        await tx.execute(
             _insert_entries(len(moves)),
-            {
-                "transaction_id": transaction_id,
-                "created_at": now,
-                **{f"account_{i}": a.id for i, (a, _) in enumerate(moves)},
-                **{f"amount_{i}": m for i, (_, m) in enumerate(moves)},
-            },
+            transaction_id=transaction_id,
+            created_at=now,
+            **{f"account_{i}": a.id for i, (a, _) in enumerate(moves)},
+            **{f"amount_{i}": m for i, (_, m) in enumerate(moves)},
         )
     return True
 
@@ -239,13 +237,7 @@ def _count_posting(kind: TransactionKind, moved: int) -> None:
     metrics.LEDGER_MOVED.labels(kind.value).inc(moved)
 
 
-async def _take(session: AsyncSession, account: Account, amount: int) -> bool:
-    """Take `amount` from a kept balance; False, changing nothing, if it has less."""
-    taken = await session.execute(_TAKE, {"id": account.id, "amount": amount})
-    return bool(taken.rowcount == 1)  # type: ignore[attr-defined]
-
-
-async def _credit(session: AsyncSession, moves: list[tuple[Account, int]], now: datetime) -> None:
+async def _credit(tx: DriverTx, moves: list[tuple[Account, int]], now: datetime) -> None:
     """Add to kept balances (which may be negative adjustments when undoing), creating
     the accounts on first use; one statement."""
     if not moves:
@@ -258,54 +250,59 @@ async def _credit(session: AsyncSession, moves: list[tuple[Account, int]], now: 
             f"owner_{i}": account.owner_id,
             f"amount_{i}": amount,
         }
-    await session.execute(_credit_statement(len(moves)), params)
+    await tx.execute(_credit_statement(len(moves)), **params)
 
 
-# Postings are the hottest writes there are: plain SQL, the same on SQLite and
-# PostgreSQL, compiled once (per row count) instead of built per call.
-_INSERT_TRANSACTION = text(
+# Postings are the hottest writes there are (a paid job posts two): plain SQL, the same
+# on SQLite and PostgreSQL, on the driver (`driver_sql`) in the caller's transaction.
+_INSERT_TRANSACTION = Sql(
     "INSERT INTO ledger_transactions (id, cause, kind, created_at, details) "
     "VALUES (:id, :cause, :kind, :created_at, :details) "
-    "ON CONFLICT (cause) DO NOTHING RETURNING id"
-).bindparams(bindparam("created_at", type_=UTCDateTime()), bindparam("details", type_=JSON()))
-_DELETE_TRANSACTION = text("DELETE FROM ledger_transactions WHERE id = :id")
-_TAKE = text(
+    "ON CONFLICT (cause) DO NOTHING RETURNING id",
+    jsons=("details",),
+)
+_DELETE_TRANSACTION = Sql("DELETE FROM ledger_transactions WHERE id = :id")
+_TAKE = Sql(
     "UPDATE ledger_accounts SET balance_micro = balance_micro - :amount "
     "WHERE id = :id AND balance_micro >= :amount"
 )
+"""Take `:amount` from a kept balance; writes no row, changing nothing, if it has less."""
 
 
 @cache
-def _credit_statement(rows: int) -> TextClause:
+def _credit_statement(rows: int) -> Sql:
     """Credit `rows` kept balances, creating missing accounts (placeholders, never data)."""
     values = ", ".join(
         f"(:id_{i}, :kind_{i}, :owner_{i}, :amount_{i}, :created_at)" for i in range(rows)
     )
-    sql = " ".join(
-        (
-            "INSERT INTO ledger_accounts (id, kind, owner_id, balance_micro, created_at) VALUES",
-            values,
-            "ON CONFLICT (id) DO UPDATE",
-            "SET balance_micro = ledger_accounts.balance_micro + excluded.balance_micro",
+    return Sql(
+        " ".join(
+            (
+                "INSERT INTO ledger_accounts (id, kind, owner_id, balance_micro, created_at)",
+                "VALUES",
+                values,
+                "ON CONFLICT (id) DO UPDATE",
+                "SET balance_micro = ledger_accounts.balance_micro + excluded.balance_micro",
+            )
         )
     )
-    return text(sql).bindparams(bindparam("created_at", type_=UTCDateTime()))
 
 
 @cache
-def _insert_entries(rows: int) -> TextClause:
+def _insert_entries(rows: int) -> Sql:
     """Insert `rows` entries of one transaction (placeholders, never data)."""
     values = ", ".join(
         f"(:transaction_id, :account_{i}, :amount_{i}, :created_at)" for i in range(rows)
     )
-    sql = " ".join(
-        (
-            "INSERT INTO ledger_entries (transaction_id, account_id, amount_micro, created_at)",
-            "VALUES",
-            values,
+    return Sql(
+        " ".join(
+            (
+                "INSERT INTO ledger_entries (transaction_id, account_id, amount_micro, created_at)",
+                "VALUES",
+                values,
+            )
         )
     )
-    return text(sql).bindparams(bindparam("created_at", type_=UTCDateTime()))
 
 
 _WHOSE = {

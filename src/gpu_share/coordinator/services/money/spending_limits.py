@@ -29,7 +29,8 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.db import Database, upsert
+from gpu_share.coordinator.core import driver_models
+from gpu_share.coordinator.core.db import Database, driver_of, upsert
 from gpu_share.coordinator.core.errors import SpendingLimitReached
 from gpu_share.coordinator.core.orm import (
     LedgerEntryRow,
@@ -180,14 +181,24 @@ async def reserve(
 
 
 async def _limits(session: AsyncSession, tenant_id: str, *, lock: bool) -> SpendingLimitRow | None:
-    """The tenant's limits; `lock`: held until the transaction ends (`FOR UPDATE` on
-    PostgreSQL; SQLite serializes write transactions), so what is read next of the
-    month's spend stays true until this transaction has reserved."""
-    query = select(SpendingLimitRow).where(SpendingLimitRow.tenant_id == tenant_id)
-    found: SpendingLimitRow | None = await session.scalar(
-        query.with_for_update(of=SpendingLimitRow) if lock else query
+    """The tenant's limits, as a row in no session; `lock`: held until the transaction
+    ends (`FOR UPDATE` on PostgreSQL; SQLite serializes write transactions), so what is
+    read next of the month's spend stays true until this transaction has reserved. On
+    the driver (`driver_sql`): every paid submit reads them."""
+    tx = await driver_of(session)
+    found = await tx.fetchrow(_LIMITS[(tx.dialect, lock)], tenant_id=tenant_id)
+    return None if found is None else driver_models.transient(SpendingLimitRow, found)
+
+
+_LIMITS = {
+    (dialect, lock): driver_models.whole_row(
+        SpendingLimitRow,
+        "WHERE spending_limits.tenant_id = :tenant_id"
+        + (" FOR UPDATE" if lock and dialect == "postgresql" else ""),
     )
-    return found
+    for dialect in ("postgresql", "sqlite")
+    for lock in (False, True)
+}
 
 
 def _refusal(
