@@ -18,7 +18,10 @@ Side by side in one run, on PostgreSQL, against `gpu-share server` in its own pr
       and submitting then long-polling with `?wait=` (two), vs onnxruntime in-process
       plus one HTTP round trip, all three interleaved sample by sample.
 
-Run: .venv/bin/python bench/dispatch.py [--jobs 1000] [--agents 4] [--rounds 5]
+`--priced`: the provider prices CPU work and the tenant has a balance, so every job
+reserves at its submit and is charged at its result, as a paid job is (else all is free).
+
+Run: .venv/bin/python bench/dispatch.py [--jobs 1000] [--agents 4] [--rounds 5] [--priced]
 """
 
 import argparse
