@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime
 
 import asyncpg
 import pytest
@@ -60,7 +61,11 @@ async def test_a_connection_used_moments_ago_is_handed_out_without_a_ping(
         await db.dispose()
 
 
-_COUNTED = Sql("INSERT INTO cancelled_writes (n) VALUES (:n)")
+_POSTED = Sql(
+    "INSERT INTO ledger_transactions (id, cause, kind, created_at, details)"
+    " VALUES (:cause, :cause, 'top_up', :at, '{}')"
+)
+_KEPT = Sql("SELECT cause FROM ledger_transactions WHERE cause LIKE 'kept:%'")
 
 
 async def test_writes_cancelled_as_they_begin_leave_no_connection_that_loses_the_next(
@@ -72,28 +77,27 @@ async def test_writes_cancelled_as_they_begin_leave_no_connection_that_loses_the
     # it. Before, such a connection (the pool's only one here) failed every later session
     # write ("SAVEPOINT can only be used in transaction blocks") or committed nothing.
     db = Database(postgres_url)
+    at = datetime.now(UTC)
     try:
-        async with db.driver_write() as tx:
-            await tx.execute(Sql("CREATE TABLE cancelled_writes (n int)"))
 
-        async def cancelled_write() -> None:
+        async def cancelled_write(turns: int) -> None:
             async with db.write() as session:
-                await (await driver_of(session)).execute(_COUNTED, n=-1)
+                await (await driver_of(session)).execute(_POSTED, cause=f"cancelled:{turns}", at=at)
 
         for turns in range(12):
-            write = asyncio.create_task(cancelled_write())
+            write = asyncio.create_task(cancelled_write(turns))
             for _ in range(turns):
                 await asyncio.sleep(0)
             write.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await write
             async with db.write() as session:
-                await (await driver_of(session)).execute(_COUNTED, n=turns)
+                await (await driver_of(session)).execute(_POSTED, cause=f"kept:{turns}", at=at)
             async with db.driver_write() as tx:
-                await tx.execute(_COUNTED, n=100 + turns)
+                await tx.execute(_POSTED, cause=f"kept:{100 + turns}", at=at)
         async with db.driver_read() as tx:
-            rows = await tx.fetch(Sql("SELECT n FROM cancelled_writes WHERE n >= 0"))
-        assert sorted(row["n"] for row in rows) == [*range(12), *range(100, 112)]
+            kept = {row["cause"] for row in await tx.fetch(_KEPT)}
+        assert kept == {f"kept:{n}" for n in (*range(12), *range(100, 112))}
         async with db.engine.connect() as connection:
             driver = (await connection.get_raw_connection()).driver_connection
             assert hasattr(driver, "_top_xact")  # what the pool's check reads (`db.py`)

@@ -280,3 +280,4 @@ async def test_a_postgres_write_cancelled_while_it_begins_leaves_the_connection_
         assert not raw.is_in_transaction()
         await raw.execute("ROLLBACK")  # were it still open, this would undo the INSERT
         assert await raw.fetchval("SELECT count(*) FROM cancelled_begin") == 1
+        await raw.execute("DROP TABLE cancelled_begin")
