@@ -42,6 +42,9 @@ class _Signal:
     def __init__(self) -> None:
         self.version = 0
         self.event = asyncio.Event()
+        self.settled_at = -1
+        """The newest version after which a waiter found nothing pending at all
+        (`settle`)."""
 
     def bump(self) -> None:
         self.version += 1
@@ -58,6 +61,18 @@ class Notifier:
 
     def version(self, channel: Channel) -> int:
         return self._signals[channel].version
+
+    def settle(self, channel: Channel, version: int) -> None:
+        """A waiter that read `version` before looking found nothing pending at all: the
+        waiters a wake-up at that version roused need not look again (`settled`).
+        Anything that becomes pending later is published, which moves the version on."""
+        signal = self._signals[channel]
+        signal.settled_at = max(signal.settled_at, version)
+
+    def settled(self, channel: Channel, version: int) -> bool:
+        """Whether a waiter found nothing pending after `version` was published (`settle`):
+        one wake-up of every waiter then costs one look, not one a waiter."""
+        return self._signals[channel].settled_at >= version
 
     def bump(self, channel: Channel, key: str | None = None) -> None:
         """Wake the watchers of `key` on the channel, or, without a key, every waiter."""

@@ -10,10 +10,12 @@ import pytest
 from fastapi import FastAPI
 
 from gpu_share.coordinator.core import metrics
+from gpu_share.coordinator.replica.notify import Channel
 from gpu_share.coordinator.services.work import lease_polls
+from gpu_share.protocol import agent as wire
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.factories import HELLO_WORLD, TenantHandle
-from gpu_share.testing.simulated_agent import H100, AgentFactory, inventory
+from gpu_share.testing.simulated_agent import H100, AgentFactory, SimulatedAgent, inventory
 from tests.coordinator.services.work.test_leases import CPU_HELLO, status_of, submit
 
 
@@ -80,3 +82,60 @@ async def test_a_claim_whose_turn_comes_after_the_agent_gave_up_leases_nothing(
     assert await polling == []
     assert (await status_of(client, tenant, invoke_id))["status"] == "queued"
     assert [j.invoke_id for j in await agent.lease(wait=0)] == [invoke_id]
+
+
+async def _polling(agents: list[SimulatedAgent]) -> list[asyncio.Task[list[wire.LeasedJob]]]:
+    """Each agent in a long-poll, its first claim made (it marks the node as waiting)."""
+    before = _claims_made()
+    polls = [asyncio.create_task(agent.lease(wait=20)) for agent in agents]
+    for _ in range(200):
+        if _claims_made() - before >= len(agents):
+            return polls
+        await asyncio.sleep(0.02)
+    raise AssertionError("the polls never made their first claims")
+
+
+async def test_a_wake_up_that_finds_nothing_queued_costs_a_few_claims_not_one_a_poll(
+    app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    # One publish wakes every poll waiting here. Once a claim has found nothing queued
+    # at all since, the others go back to waiting without one: at most the claims
+    # already let through the gate run (an idle fleet paid a claim per node per submit).
+    agents = [await sim_agent() for _ in range(12)]
+    polls = await _polling(agents)
+    notifier = app.state.replica.notifier
+    before = _claims_made()
+    await notifier.publish(Channel.WORK)  # a job another node took already, say
+    await asyncio.sleep(1.0)
+    assert 1 <= _claims_made() - before <= app.state.replica.settings.claims_at_once
+    assert not any(poll.done() for poll in polls)
+
+    # Work queued after that wakes them again, and one of them gets it.
+    invoke_id = await submit(client, tenant, CPU_HELLO)
+    done, _ = await asyncio.wait(polls, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    assert [j.invoke_id for poll in done for j in poll.result()] == [invoke_id]
+    for poll in polls:
+        poll.cancel()
+
+
+async def test_work_whose_wake_up_was_lost_is_still_claimed_after_max_wait(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: TenantHandle,
+    sim_agent: AgentFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A wake-up found nothing queued, then work came whose wake-up never arrived (a
+    # NOTIFY lost between replicas): back from `max_wait`, the poll claims it, though no
+    # publish moved the version since the queue was seen empty.
+    agent = await sim_agent()
+    notifier = app.state.replica.notifier
+    notifier.max_wait = 0.2
+    polling = (await _polling([agent]))[0]
+    await notifier.publish(Channel.WORK)
+    await asyncio.sleep(0.3)  # woken, claimed, found nothing queued: settled
+    assert notifier.settled(Channel.WORK, notifier.version(Channel.WORK))
+    monkeypatch.setattr(notifier, "told_by_commit", lambda *_: None)  # the wake-up is lost
+    invoke_id = await submit(client, tenant, CPU_HELLO)
+    jobs = await asyncio.wait_for(polling, timeout=10)
+    assert [j.invoke_id for j in jobs] == [invoke_id]

@@ -10,6 +10,7 @@ it takes is leased by `leased_jobs`; what happens to a lease afterwards is `leas
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -73,9 +74,12 @@ async def claim(
     ctx: LeaseContext,
     *,
     polling_until: datetime | None = None,
+    nothing_queued: Callable[[], None] | None = None,
 ) -> list[wire.LeasedJob]:
     """Lease up to `request.slots` jobs to this node, or none (SPEC §4.1); timed and
-    counted for /metrics (`_claim` decides)."""
+    counted for /metrics (`_claim` decides). `nothing_queued` is called when the node's
+    read found no invoke queued at all (`lease_polls` then spares the other polls woken
+    with this one a claim each)."""
     started = time.perf_counter()
     try:
         tx = await driver_of(session)
@@ -87,6 +91,8 @@ async def claim(
         node = driver_models.transient(NodeRow, found)
         marks = _marks(node)
         backlog = Backlog(queued=bool(found["work_queued"]), placed=bool(found["work_placed"]))
+        if not backlog.queued and nothing_queued is not None:
+            nothing_queued()
         load = node_load.load_from_json(found["node_load"], node_id, now)
         jobs = await _claim(
             session,

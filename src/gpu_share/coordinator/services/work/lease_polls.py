@@ -9,6 +9,12 @@ an idle fleet's polls then cost one read each `max_wait`, not a claim, while que
 a node could not take before is looked at again, so time-based eligibility (a rival's
 grace, a reservation's window) still lets it in.
 
+One submit wakes every poll waiting here, and one of them gets the job. Once a claim has
+found nothing queued at all since the wake-up (`Notifier.settle`), the polls it woke with
+it go back to waiting without a claim: a job costs a few claims, not one per idle node
+(an idle fleet of a thousand paid a thousand claims a submit). Work queued later is
+published, which wakes them again; a poll's first claim always runs.
+
 Claims take turns through `gate` (`Settings.claims_at_once`). Under load a claim may get
 its turn long after its poll began; one whose turn comes `LATE_CLAIM_SEC` past the
 poll's wait answers empty, since the agent may have stopped listening for this answer
@@ -17,6 +23,7 @@ would sit until its lease ran out. The agent asks again.
 """
 
 import asyncio
+import functools
 from datetime import timedelta
 
 from gpu_share.coordinator.core.clock import Clock
@@ -47,6 +54,7 @@ async def poll(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_sec
     woken = True  # the first claim always runs: it marks the node as waiting
+    first = True
     while True:
         version = notifier.version(Channel.WORK)
         now = clock.now()
@@ -56,11 +64,23 @@ async def poll(
             async with gate:
                 if loop.time() > deadline + LATE_CLAIM_SEC:
                     return []
-                until = now + timedelta(seconds=remaining) if remaining > 0 else None
-                async with db.write() as session:
-                    jobs = await claims.claim(
-                        session, node_id, request, now, ctx, polling_until=until
-                    )
+                # Skipped only after a wake-up: back from `max_wait` with something queued,
+                # the poll claims whatever others saw (a lost NOTIFY must not strand work).
+                if first or not woken or not notifier.settled(Channel.WORK, version):
+                    until = now + timedelta(seconds=remaining) if remaining > 0 else None
+                    async with db.write() as session:
+                        jobs = await claims.claim(
+                            session,
+                            node_id,
+                            request,
+                            now,
+                            ctx,
+                            polling_until=until,
+                            nothing_queued=functools.partial(
+                                notifier.settle, Channel.WORK, version
+                            ),
+                        )
+                first = False
         remaining = deadline - loop.time()
         if jobs or remaining <= 0 or notifier.closed:
             return jobs
