@@ -30,7 +30,7 @@ import json
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -198,53 +198,45 @@ class SqliteTx:
         return max(written, 0)
 
 
-@asynccontextmanager
-async def postgres_transaction(connection: asyncpg.Connection) -> AsyncIterator[DriverTx]:
-    """BEGIN, then COMMIT, or ROLLBACK if the block fails.
+def postgres_transaction(connection: asyncpg.Connection) -> AbstractAsyncContextManager[DriverTx]:
+    """BEGIN, then COMMIT, or ROLLBACK if the block fails (`_transaction`).
 
     Written as the statements, not asyncpg's `Transaction`: one cancelled while its BEGIN
     is on its way (a request or a loop stopped at shutdown) stays marked as the
     connection's open transaction, so the next on that pooled connection became a
     SAVEPOINT inside the one the server had begun, and its "commit" released the
-    savepoint and committed nothing. Anything that ends the block early, the BEGIN or the
-    COMMIT included, sends a ROLLBACK, shielded from a second cancel: asyncpg sends it once
-    the cancelled statement is answered, and one with nothing to roll back is a warning,
-    not an error. The connection goes back to the pool with no transaction open. (A
-    COMMIT cancelled on its way may have committed: as with a connection lost then, the
-    caller cannot know.)"""
-    try:
-        with _as_sqlalchemy_errors(None):
-            await connection.execute("BEGIN")
-        yield PostgresTx(connection)
-        with _as_sqlalchemy_errors(None):
-            await connection.execute("COMMIT")
-    except BaseException:
-        # The block's own error is the one to raise, not a dead connection's.
-        with contextlib.suppress(Exception):
-            await asyncio.shield(connection.execute("ROLLBACK"))
-        raise
+    savepoint and committed nothing."""
+    return _transaction(connection, "BEGIN", PostgresTx(connection))
+
+
+def sqlite_transaction(connection: Any) -> AbstractAsyncContextManager[DriverTx]:
+    """`BEGIN IMMEDIATE`, as every write transaction on SQLite (`Database.write`), then
+    COMMIT, or ROLLBACK if the block fails (`_transaction`). aiosqlite runs a cancelled
+    BEGIN in its thread all the same: left open, the connection would go back to the pool
+    holding the database's write lock, every other writer waiting out the busy timeout."""
+    return _transaction(connection, "BEGIN IMMEDIATE", SqliteTx(connection))
 
 
 @asynccontextmanager
-async def sqlite_transaction(connection: Any) -> AsyncIterator[DriverTx]:
-    """`BEGIN IMMEDIATE`, as every write transaction on SQLite (`Database.write`).
-
-    A cancel while the BEGIN is on its way (a request or loop stopped at shutdown) must
-    not leave it open: aiosqlite runs the BEGIN in its thread all the same, and the
-    connection would go back to the pool holding the database's write lock, every other
-    writer waiting out the busy timeout. So anything that ends the block early sends a
-    ROLLBACK, shielded from a second cancel; aiosqlite runs it after the BEGIN (one
-    queue per connection), and one with nothing to roll back is no error."""
+async def _transaction(connection: Any, begin: str, tx: DriverTx) -> AsyncIterator[DriverTx]:
+    """`begin`, the block, COMMIT. Anything that ends it early, a cancel while the BEGIN
+    or the COMMIT is on its way included, sends a ROLLBACK, shielded from a second cancel:
+    either driver runs it after the statement before it (one queue per connection), and
+    one with nothing to roll back is no error to the caller. The connection goes back to
+    the pool with no transaction open. (A COMMIT cancelled on its way may have committed:
+    as with a connection lost then, the caller cannot know.)"""
     try:
         with _as_sqlalchemy_errors(None):
-            await connection.execute("BEGIN IMMEDIATE")
-        yield SqliteTx(connection)
+            await connection.execute(begin)
+        yield tx
+        with _as_sqlalchemy_errors(None):
+            await connection.execute("COMMIT")
     except BaseException:
-        with contextlib.suppress(sqlite3.OperationalError):  # no transaction is active
+        # The block's own error is the one to raise, not the ROLLBACK's (a dead
+        # connection's, or SQLite's "no transaction is active").
+        with contextlib.suppress(Exception):
             await asyncio.shield(connection.execute("ROLLBACK"))
         raise
-    with _as_sqlalchemy_errors(None):
-        await connection.execute("COMMIT")
 
 
 class _as_sqlalchemy_errors:
