@@ -191,6 +191,24 @@ async def test_one_claim_with_several_slots_takes_tenants_in_turn(
     assert len([i for i in taken if i in mine]) == 2 and len([i for i in taken if i in theirs]) == 2
 
 
+async def test_each_job_in_a_mixed_queue_is_judged_by_its_own_requirements(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    # A claim weighs each shape of job once (`claims._ByShape`): jobs of other shapes
+    # between them must neither borrow nor lend a verdict.
+    west = await sim_agent(inventory(slots=8, region="eu-west", hostname="west"))
+    east = await sim_agent(inventory(slots=8, region="us-east", hostname="east"))
+    shapes = [{"region": "eu-west"}, {"region": "us-east"}, {}, {"timeout_sec": 30}]
+    queued = [
+        (n % 4, await submit(client, tenant, {**CPU_HELLO, **shapes[n % 4]})) for n in range(8)
+    ]
+    east_jobs = [job.invoke_id for job in await east.lease(slots=8)]
+    assert east_jobs == [i for shape, i in queued if shape in (1, 2, 3)]
+    assert [job.invoke_id for job in await west.lease(slots=8)] == [
+        i for shape, i in queued if shape == 0
+    ]
+
+
 async def test_a_better_ranked_waiting_node_gets_the_job(
     app: FastAPI, client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
 ) -> None:

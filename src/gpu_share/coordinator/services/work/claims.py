@@ -10,7 +10,7 @@ it takes is leased by `leased_jobs`; what happens to a lease afterwards is `leas
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -242,19 +242,10 @@ async def _claim(
         ):
             ahead.append(p.id)
     placed_ids = {p.id for p in placed}
-    fitting: list[tuple[str, str, Requirements, datetime]] = []
-    for (
-        invoke_id,
-        tenant_id,
-        runtime,
-        gpus,
-        constraints,
-        created_at,
-        priority,
-        timeout_sec,
-    ) in peek:
-        if invoke_id in placed_ids:
-            continue  # placed here: `ahead` when it fits
+
+    def fits(shape: _Shape) -> Requirements | None:
+        """The requirements of a job of this shape if it fits this node now, else None."""
+        runtime, gpus, constraints, priority, timeout_sec = shape
         req = Requirements.from_parts(runtime, gpus, constraints)
         soon = reservation_holds.needed_soon(upcoming, priority, timeout_sec, now)
         taken = held | reserved | soon | saved
@@ -264,7 +255,17 @@ async def _claim(
             and memory_fit.gpu_job_fits(req.runtime, req.min_vram_mb, free_vram_mb)
             and gpu_assignment.choose(node, req, taken, agent_free) is not None
         ):
-            fitting.append((invoke_id, tenant_id, req, created_at))
+            return req
+        return None
+
+    fitting: list[tuple[str, str, Requirements, datetime]] = []
+    weighed = _ByShape(fits)
+    for invoke_id, tenant_id, runtime, gpus, constraints, created_at, priority, timeout in peek:
+        if invoke_id in placed_ids:
+            continue  # placed here: `ahead` when it fits
+        needs = weighed((runtime, gpus, constraints, priority, timeout))
+        if needs is not None:
+            fitting.append((invoke_id, tenant_id, needs, created_at))
     # Who else is waiting matters only when something fits and is young enough to be left
     # to a better node: an empty queue is the common answer to a long-poll, a deep queue's
     # jobs are past the grace, and this read loads every node waiting in a long-poll.
@@ -323,6 +324,33 @@ async def _claim(
     await fair_share.mark_served(session, served, now)
     node.polling_until = None if jobs else polling_until
     return jobs
+
+
+_Shape = tuple[str, int, dict[str, Any], str, int]
+"""What a claim weighs of a queued job (`fair_share.Candidate`'s runtime, GPUs,
+constraints, priority and timeout): jobs of one shape fit a node, or not, alike."""
+
+
+class _ByShape:
+    """`weigh`'s answer for each shape of job, worked out once a claim: a claim looks at
+    up to `fair_share.CANDIDATES` queued jobs, mostly of a few shapes, and weighing one
+    (its requirements, then eligibility, memory and GPUs against the node) cost a deep
+    queue's claim about as much CPU as all its statements (bench/README.md, `dispatch.py`)."""
+
+    def __init__(self, weigh: Callable[[_Shape], Requirements | None]) -> None:
+        self._weigh = weigh
+        self._answers: dict[Hashable, Requirements | None] = {}
+
+    def __call__(self, shape: _Shape) -> Requirements | None:
+        runtime, gpus, constraints, priority, timeout_sec = shape
+        try:
+            key = (runtime, gpus, frozenset(constraints.items()), priority, timeout_sec)
+            return self._answers[key]
+        except TypeError:  # a constraint that is not a plain value: weighed alone
+            return self._weigh(shape)
+        except KeyError:
+            answer = self._answers[key] = self._weigh(shape)
+            return answer
 
 
 def _waits(

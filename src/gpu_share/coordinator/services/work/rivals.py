@@ -18,6 +18,7 @@ from gpu_share.coordinator.services.nodes import ranking
 from gpu_share.coordinator.services.nodes.placement import Requirements, serves
 
 RANKING_GRACE_SEC = 2.0  # after this, any eligible node may take a job a better one left
+_GRACE = timedelta(seconds=RANKING_GRACE_SEC)
 
 
 _WAITING = driver_models.whole_row(
@@ -42,7 +43,7 @@ def in_grace(created_at: datetime, now: datetime) -> bool:
     """Whether a job queued at `created_at` is young enough to be left to a better node:
     a claim whose jobs are all older need not read the rivals (`better_pollers` loads
     every node waiting in a long-poll, a thousand in an idle fleet)."""
-    return created_at > now - timedelta(seconds=RANKING_GRACE_SEC)
+    return created_at > now - _GRACE
 
 
 def left_to_rival(
