@@ -9,8 +9,9 @@ it takes is leased by `leased_jobs`; what happens to a lease afterwards is `leas
 """
 
 import functools
+import json
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -246,7 +247,7 @@ async def _claim(
     def fits(shape: _Shape) -> Requirements | None:
         """The requirements of a job of this shape if it fits this node now, else None."""
         runtime, gpus, constraints, priority, timeout_sec = shape
-        req = Requirements.from_parts(runtime, gpus, constraints)
+        req = Requirements.from_parts(runtime, gpus, json.loads(constraints))
         soon = reservation_holds.needed_soon(upcoming, priority, timeout_sec, now)
         taken = held | reserved | soon | saved
         if (
@@ -326,30 +327,28 @@ async def _claim(
     return jobs
 
 
-_Shape = tuple[str, int, dict[str, Any], str, int]
+_Shape = tuple[str, int, str, str, int]
 """What a claim weighs of a queued job (`fair_share.Candidate`'s runtime, GPUs,
-constraints, priority and timeout): jobs of one shape fit a node, or not, alike."""
+constraints as JSON text, priority and timeout): jobs of one shape fit a node, or not,
+alike."""
 
 
 class _ByShape:
     """`weigh`'s answer for each shape of job, worked out once a claim: a claim looks at
     up to `fair_share.CANDIDATES` queued jobs, mostly of a few shapes, and weighing one
-    (its requirements, then eligibility, memory and GPUs against the node) cost a deep
-    queue's claim about as much CPU as all its statements (bench/README.md, `dispatch.py`)."""
+    (its constraints parsed, its requirements, then eligibility, memory and GPUs against
+    the node) cost a deep queue's claim about as much CPU as all its statements
+    (bench/README.md, `dispatch.py`)."""
 
     def __init__(self, weigh: Callable[[_Shape], Requirements | None]) -> None:
         self._weigh = weigh
-        self._answers: dict[Hashable, Requirements | None] = {}
+        self._answers: dict[_Shape, Requirements | None] = {}
 
     def __call__(self, shape: _Shape) -> Requirements | None:
-        runtime, gpus, constraints, priority, timeout_sec = shape
         try:
-            key = (runtime, gpus, frozenset(constraints.items()), priority, timeout_sec)
-            return self._answers[key]
-        except TypeError:  # a constraint that is not a plain value: weighed alone
-            return self._weigh(shape)
+            return self._answers[shape]
         except KeyError:
-            answer = self._answers[key] = self._weigh(shape)
+            answer = self._answers[shape] = self._weigh(shape)
             return answer
 
 

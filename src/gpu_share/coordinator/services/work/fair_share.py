@@ -8,7 +8,6 @@ slot each in turn (`round_robin`), and each tenant served goes to the back of th
 """
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -21,10 +20,19 @@ from gpu_share.protocol.invokes import InvokeStatus, Priority
 CANDIDATES = 64  # queued rows examined per claim
 
 # A queued invoke as the claim first looks at it: (id, tenant_id, runtime, gpus,
-# constraints, created_at, priority, timeout_sec).
-Candidate = tuple[str, str, str, int, dict[str, Any], datetime, str, int]
+# constraints, created_at, priority, timeout_sec). The constraints come as their JSON
+# text: a claim parses each distinct text once (`claims`), not each of 64 rows.
+Candidate = tuple[str, str, str, int, str, datetime, str, int]
 
 _COLUMNS = "id, tenant_id, runtime, gpus, constraints, created_at, priority, timeout_sec"
+
+
+def _selected(table: str) -> str:
+    return ", ".join(
+        f"{table}.constraints::text AS constraints" if c == "constraints" else f"{table}.{c}"
+        for c in _COLUMNS.split(", ")
+    )
+
 
 # A reservation's work is read apart (`reservation_holds.queued_work`): it runs on its node
 # only.
@@ -48,11 +56,11 @@ def _fair_candidates(dialect: str, checker: bool) -> Sql:
             " tenants.last_served_at ASC NULLS FIRST, invokes.created_at, invokes.id"
             f" LIMIT {CANDIDATES}",
             datetimes=("created_at",),
-            jsons=("runtimes", "constraints"),
+            jsons=("runtimes",),  # the constraints stay text (`Candidate`)
         )
     # PRIORITY_ORDER holds: "on_demand" sorts before "spot", so the index serves the order.
     return Sql(
-        f"SELECT {', '.join(f'own.{c}' for c in _COLUMNS.split(', '))}"  # noqa: S608
+        f"SELECT {_selected('own')}"  # noqa: S608
         f" FROM tenants JOIN LATERAL (SELECT {_COLUMNS} FROM invokes"
         f" WHERE invokes.tenant_id = tenants.id AND {where} AND runtime = ANY(:runtimes)"
         f" ORDER BY priority, created_at LIMIT {CANDIDATES}) AS own ON true"
