@@ -198,7 +198,12 @@ async def test_each_job_in_a_mixed_queue_is_judged_by_its_own_requirements(
     # between them must neither borrow nor lend a verdict.
     west = await sim_agent(inventory(slots=8, region="eu-west", hostname="west"))
     east = await sim_agent(inventory(slots=8, region="us-east", hostname="east"))
-    shapes = [{"region": "eu-west"}, {"region": "us-east"}, {}, {"timeout_sec": 30}]
+    shapes: list[dict[str, Any]] = [
+        {"region": "eu-west"},
+        {"region": "us-east"},
+        {},
+        {"timeout_sec": 30},
+    ]
     queued = [
         (n % 4, await submit(client, tenant, {**CPU_HELLO, **shapes[n % 4]})) for n in range(8)
     ]
