@@ -194,7 +194,7 @@ async def test_one_claim_with_several_slots_takes_tenants_in_turn(
 async def test_each_job_in_a_mixed_queue_is_judged_by_its_own_requirements(
     client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
 ) -> None:
-    # A claim weighs each shape of job once (`claims._ByShape`): jobs of other shapes
+    # A claim weighs each shape of job once (`claims._claim`'s `fits`): jobs of other shapes
     # between them must neither borrow nor lend a verdict.
     west = await sim_agent(inventory(slots=8, region="eu-west", hostname="west"))
     east = await sim_agent(inventory(slots=8, region="us-east", hostname="east"))

@@ -244,6 +244,12 @@ async def _claim(
             ahead.append(p.id)
     placed_ids = {p.id for p in placed}
 
+    # In a deep queue most candidates share a few shapes, and a shape's verdict depends on
+    # nothing else in this claim: each is weighed once (the constraints parsed, then
+    # eligibility, memory and GPUs against the node), which cost a deep queue's claim about
+    # as much CPU as all its statements when done for each (bench/README.md, `dispatch.py`).
+    # Asked only here, before this claim leases anything (`held` grows as it does).
+    @functools.cache
     def fits(shape: _Shape) -> Requirements | None:
         """The requirements of a job of this shape if it fits this node now, else None."""
         runtime, gpus, constraints, priority, timeout_sec = shape
@@ -260,11 +266,10 @@ async def _claim(
         return None
 
     fitting: list[tuple[str, str, Requirements, datetime]] = []
-    weighed = _ByShape(fits)
     for invoke_id, tenant_id, runtime, gpus, constraints, created_at, priority, timeout in peek:
         if invoke_id in placed_ids:
             continue  # placed here: `ahead` when it fits
-        needs = weighed((runtime, gpus, constraints, priority, timeout))
+        needs = fits((runtime, gpus, constraints, priority, timeout))
         if needs is not None:
             fitting.append((invoke_id, tenant_id, needs, created_at))
     # Who else is waiting matters only when something fits and is young enough to be left
@@ -331,25 +336,6 @@ _Shape = tuple[str, int, str, str, int]
 """What a claim weighs of a queued job (`fair_share.Candidate`'s runtime, GPUs,
 constraints as JSON text, priority and timeout): jobs of one shape fit a node, or not,
 alike."""
-
-
-class _ByShape:
-    """`weigh`'s answer for each shape of job, worked out once a claim: a claim looks at
-    up to `fair_share.CANDIDATES` queued jobs, mostly of a few shapes, and weighing one
-    (its constraints parsed, its requirements, then eligibility, memory and GPUs against
-    the node) cost a deep queue's claim about as much CPU as all its statements
-    (bench/README.md, `dispatch.py`)."""
-
-    def __init__(self, weigh: Callable[[_Shape], Requirements | None]) -> None:
-        self._weigh = weigh
-        self._answers: dict[_Shape, Requirements | None] = {}
-
-    def __call__(self, shape: _Shape) -> Requirements | None:
-        try:
-            return self._answers[shape]
-        except KeyError:
-            answer = self._answers[shape] = self._weigh(shape)
-            return answer
 
 
 def _waits(

@@ -27,7 +27,8 @@ Candidate = tuple[str, str, str, int, str, datetime, str, int]
 _COLUMNS = "id, tenant_id, runtime, gpus, constraints, created_at, priority, timeout_sec"
 
 
-def _selected(table: str) -> str:
+def _pg_columns(table: str) -> str:
+    """`_COLUMNS` of `table` on PostgreSQL, the constraints as their text (`Candidate`)."""
     return ", ".join(
         f"{table}.constraints::text AS constraints" if c == "constraints" else f"{table}.{c}"
         for c in _COLUMNS.split(", ")
@@ -60,7 +61,7 @@ def _fair_candidates(dialect: str, checker: bool) -> Sql:
         )
     # PRIORITY_ORDER holds: "on_demand" sorts before "spot", so the index serves the order.
     return Sql(
-        f"SELECT {_selected('own')}"  # noqa: S608
+        f"SELECT {_pg_columns('own')}"  # noqa: S608
         f" FROM tenants JOIN LATERAL (SELECT {_COLUMNS} FROM invokes"
         f" WHERE invokes.tenant_id = tenants.id AND {where} AND runtime = ANY(:runtimes)"
         f" ORDER BY priority, created_at LIMIT {CANDIDATES}) AS own ON true"
