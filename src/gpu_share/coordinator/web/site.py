@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from gpu_share.coordinator.http.routes import add_routes
 from gpu_share.coordinator.web import STATIC_DIR, error_pages
 from gpu_share.coordinator.web.admin import accounts, applications, nodes, overview
 from gpu_share.coordinator.web.admin import bank_payouts as admin_bank_payouts
@@ -42,7 +43,7 @@ def install(app: FastAPI) -> None:
     app.mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static")
     # Routes match in the order they are added: the provider's tabs come before their
     # machines page, whose /provider/{tab} answers any other tab.
-    for module in (
+    pages = (
         # public/
         signin,
         apply,
@@ -78,8 +79,8 @@ def install(app: FastAPI) -> None:
         provider_statement,
         admin_chain_payouts,
         tenant_deposits,
-    ):
-        app.include_router(module.router)
+    )
+    add_routes(app, (module.router for module in pages))
 
     @app.exception_handler(SignInRequired)
     async def _sign_in(_request: Request, exc: SignInRequired) -> Response:
