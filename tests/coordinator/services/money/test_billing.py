@@ -455,6 +455,13 @@ async def test_usage_per_day_per_runtime_and_as_csv(
         "/v1/billing/usage", params={"from": today, "to": "2000-01-01"}, headers=tenant.headers
     )
     assert bad.status_code == 422
+    for edge in ({"to": "9999-12-31"}, {"to": "0001-01-01"}, {"from": "0001-01-01"}):
+        for way in ("json", "csv"):  # a day past the calendar's ends was once a 500
+            answer = await client.get(
+                "/v1/billing/usage", params={**edge, "format": way}, headers=tenant.headers
+            )
+            assert answer.status_code == 422, (edge, way)
+            assert answer.json()["error"]["message"].startswith(next(iter(edge))), (edge, way)
 
 
 async def test_a_quote_names_the_node_its_rate_and_what_the_invoke_may_and_should_cost(

@@ -23,7 +23,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from gpu_share.coordinator.core.csv_export import csv_text
-from gpu_share.coordinator.core.errors import field_error
 from gpu_share.coordinator.core.orm import (
     EarningsHoldRow,
     LedgerEntryRow,
@@ -35,6 +34,7 @@ from gpu_share.coordinator.services.money.clawbacks import refund_cause
 from gpu_share.coordinator.services.money.earnings_hold import HoldPolicy, held_by_day
 from gpu_share.coordinator.services.money.ledger import TransactionKind
 from gpu_share.coordinator.services.money.payout_calendar import midnight, month_start, week_start
+from gpu_share.coordinator.services.money.periods import days_asked
 from gpu_share.protocol.money import to_micro, usdc_text
 from gpu_share.protocol.payouts import (
     DayEarnings,
@@ -46,9 +46,6 @@ from gpu_share.protocol.payouts import (
     ModelEarnings,
 )
 
-DEFAULT_DAYS = 30
-MAX_DAYS = 366
-EARLIEST = date(2000, 1, 1)  # before any charge; keeps date arithmetic in range
 HISTORY_LIMIT = 200
 
 
@@ -88,23 +85,8 @@ class Charge:
 
 
 def date_range(now: datetime, since: date | None, until: date | None) -> tuple[date, date]:
-    """The inclusive UTC days asked for; the last 30 days when not given. 422 names the
-    field to fix."""
-    today = now.astimezone(UTC).date()
-    last = until or today
-    latest = today + timedelta(days=MAX_DAYS)
-    if last > latest:
-        raise field_error("until", f"must be on or before {latest.isoformat()}")
-    if last < EARLIEST:
-        raise field_error("until", f"must be on or after {EARLIEST.isoformat()}")
-    first = since or max(EARLIEST, last - timedelta(days=DEFAULT_DAYS - 1))
-    if first < EARLIEST:
-        raise field_error("since", f"must be on or after {EARLIEST.isoformat()}")
-    if first > last:
-        raise field_error("since", f"must be on or before until ({last.isoformat()})")
-    if (last - first).days >= MAX_DAYS:
-        raise field_error("since", f"the range can span at most {MAX_DAYS} days; narrow it")
-    return first, last
+    """The inclusive UTC days asked for (`periods.days_asked`)."""
+    return days_asked(now.astimezone(UTC).date(), since, until, names=("since", "until"))
 
 
 async def charges(

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from gpu_share.coordinator.core.csv_export import csv_text
-from gpu_share.coordinator.core.errors import Conflict, NotFound, field_error
+from gpu_share.coordinator.core.errors import Conflict, NotFound
 from gpu_share.coordinator.core.orm import (
     LedgerAccountRow,
     LedgerEntryRow,
@@ -29,6 +29,7 @@ from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.services.money import ledger
 from gpu_share.coordinator.services.money.clawbacks import refund_cause
 from gpu_share.coordinator.services.money.ledger import TransactionKind
+from gpu_share.coordinator.services.money.periods import days_asked
 from gpu_share.coordinator.services.webhooks import events
 from gpu_share.protocol.billing import (
     Balance,
@@ -41,8 +42,6 @@ from gpu_share.protocol.billing import (
 )
 from gpu_share.protocol.money import to_micro, usdc_text
 
-DEFAULT_DAYS = 30
-MAX_DAYS = 366
 MAX_CHARGES = 100_000  # one usage read; a CSV of more is asked for by narrower dates
 
 
@@ -68,14 +67,8 @@ async def available_by_tenant(session: AsyncSession) -> dict[str, int]:
 
 
 def period(start: date | None, end: date | None, today: date) -> tuple[date, date]:
-    """The UTC days asked for: the last 30 by default, at most a year."""
-    end = end or today
-    start = start or end - timedelta(days=DEFAULT_DAYS - 1)
-    if start > end:
-        raise field_error("from", f"must not be after to ({end.isoformat()})")
-    if (end - start).days >= MAX_DAYS:
-        raise field_error("from", f"the period may span at most {MAX_DAYS} days")
-    return start, end
+    """The UTC days asked for (`periods.days_asked`)."""
+    return days_asked(today, start, end, names=("from", "to"))
 
 
 def _moment(day: date) -> datetime:
