@@ -126,8 +126,8 @@ async def plan_reserve(
     if req.max_price_micro is not None:
         cap = min(cap, req.max_price_micro)
     capped = replace(req, max_price_micro=cap)
-    fits = [n for n in serving if serves(n, capped, now)]
-    fits = [n for n in fits if rates[n.id] <= cap]
+    # One node that fits is enough (at 1,000 online, a submit weighed every one again).
+    fits = any(rates[n.id] <= cap and serves(n, capped, now) for n in serving)
     return (reserve if fits else -1), capped
 
 
