@@ -82,6 +82,9 @@ def test_json_logs_are_one_object_per_line_from_start_to_stop(tmp_path: Path) ->
     messages = [line["message"] for line in lines]
     assert any("Uvicorn running on" in m for m in messages), messages
     assert any("GPUSHARE_PUBLIC_BASE_URL is not set" in m for m in messages), messages
+    # once started, the server takes its startup heap out of the collector's full passes
+    frozen = [m for m in messages if m.startswith("set the startup heap aside")]
+    assert len(frozen) == 1 and int(frozen[0].split(": ")[1].split()[0]) > 10_000, messages
     assert {line["level"] for line in lines} <= {"debug", "info", "warning", "error"}
     assert all({"ts", "logger"} <= line.keys() for line in lines)
 
