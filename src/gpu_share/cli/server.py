@@ -125,7 +125,7 @@ async def _serve(server: CoordinatorServer) -> int:
     with on_stop_signals(stopping.set):
         if not await server.start():
             return 1
-        _set_startup_heap_aside()
+        set_startup_heap_aside()
         assert server.serving is not None
         waiting = asyncio.create_task(stopping.wait())
         await asyncio.wait({waiting, server.serving}, return_when=asyncio.FIRST_COMPLETED)
@@ -134,7 +134,7 @@ async def _serve(server: CoordinatorServer) -> int:
     return 0 if stopping.is_set() else 1
 
 
-def _set_startup_heap_aside() -> None:
+def set_startup_heap_aside() -> None:
     """Take what the started server holds for good (its modules, the app, its routes and
     schemas) out of the cyclic garbage collector's sight (`gc.freeze`), so that a full
     collection walks only what requests made. A submit at 1,000 online nodes makes enough

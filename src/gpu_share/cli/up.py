@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from gpu_share.cli._extras import require_extra
-from gpu_share.cli.server import CannotListen, CoordinatorServer, listen_on, on_stop_signals
+from gpu_share.cli.server import (
+    CannotListen,
+    CoordinatorServer,
+    listen_on,
+    on_stop_signals,
+    set_startup_heap_aside,
+)
 from gpu_share.hashing import sha256_file
 
 log = logging.getLogger("gpu_share.up")
@@ -112,6 +118,7 @@ async def _up(args: argparse.Namespace) -> int:
                     code = 1
                 else:
                     print(banner, flush=True)
+                    set_startup_heap_aside()
                     code = await stack.until_stopped(stopping)
         finally:
             waiting.cancel()
