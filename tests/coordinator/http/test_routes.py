@@ -1,6 +1,7 @@
 """Routers' routes stand on the app itself, flat and in order, each as its router made it."""
 
 import httpx
+import pytest
 from fastapi import APIRouter, Depends, FastAPI, HTTPException
 from starlette.routing import BaseRoute
 
@@ -61,3 +62,10 @@ def test_the_coordinator_s_first_routes_are_the_agents_own(app: FastAPI) -> None
     assert _paths(app.router.routes[:start]) == ["/openapi.json"]
     assert app.router.routes[start:][: len(agent_node.router.routes)] == agent_node.router.routes
     assert _paths(app.router.routes).count("/v1/gpu/invoke") == 1
+
+
+def test_a_router_with_handlers_of_its_own_is_refused() -> None:
+    """They would never run: the routes alone join the app."""
+    with_events = APIRouter(on_startup=[lambda: None])
+    with pytest.raises(ValueError, match="startup or shutdown"):
+        add_routes(FastAPI(), [with_events])

@@ -6,7 +6,13 @@ the API's and the pages' 69 routers, matching was most of what a 404 cost (~2.4 
 ~2.7 ms of CPU in process) and a share of every request to a later router. A router's
 routes are whole already (its prefix, tags, dependencies and `include_in_schema` are in
 each route), so they stand on the app as they are, and the app matches them directly.
-Our routers have no events or lifespans of their own (the app's lifespan holds them all).
+
+What `include_router` would have carried and these routes do not: a router's startup and
+shutdown handlers (ours have none: the app's lifespan holds them all; one given is
+refused here), and `app.dependency_overrides`, which a route takes from the router
+that made it (nothing here overrides a dependency: a test builds its app with what it
+needs instead). The route objects are the routers' own, shared by every app a process
+makes; they hold no app's state.
 """
 
 from collections.abc import Iterable
@@ -16,4 +22,8 @@ from fastapi import APIRouter, FastAPI
 
 def add_routes(app: FastAPI, routers: Iterable[APIRouter]) -> None:
     for router in routers:
+        if router.on_startup or router.on_shutdown:
+            raise ValueError(
+                "a router's startup or shutdown handlers: put them in the app's lifespan"
+            )
         app.router.routes.extend(router.routes)

@@ -36,8 +36,8 @@ def _dates(request: Request, today: date) -> tuple[date, date, dict[str, str], d
     try:
         start, end = tenant_billing.period(parsed["from"], parsed["to"], today)
     except ValidationFailed as exc:
-        (wrong,) = exc.details  # `field_error`'s: the field to fix, and what is wrong
-        errors[wrong["loc"][0]] = wrong["msg"]
+        for wrong in exc.details or [{"loc": ["from"], "msg": exc.message}]:
+            errors[wrong["loc"][0]] = wrong["msg"]  # `field_error`'s: the field, what is wrong
         start, end = tenant_billing.period(None, None, today)
     if errors:
         start, end = tenant_billing.period(None, None, today)
