@@ -1,4 +1,4 @@
-"""The usage page says which date to fix, beside that date, and shows the default period."""
+"""The usage page says which date to fix, beside that date."""
 
 import httpx
 

@@ -38,8 +38,7 @@ def _dates(request: Request, today: date) -> tuple[date, date, dict[str, str], d
     except ValidationFailed as exc:
         for wrong in exc.details or [{"loc": ["from"], "msg": exc.message}]:
             errors[wrong["loc"][0]] = wrong["msg"]  # `field_error`'s: the field, what is wrong
-        start, end = tenant_billing.period(None, None, today)
-    if errors:
+    if errors:  # the page shows the default period beside what to fix
         start, end = tenant_billing.period(None, None, today)
     return start, end, entered, errors
 
