@@ -76,6 +76,7 @@ from gpu_share.coordinator.http.negotiation import wants_page
 from gpu_share.coordinator.http.peer_client import LinkPeers
 from gpu_share.coordinator.http.relay_listener import RelayListener
 from gpu_share.coordinator.http.request_context import RequestContextMiddleware
+from gpu_share.coordinator.http.route_index import index_routes
 from gpu_share.coordinator.http.routes import add_routes
 from gpu_share.coordinator.http.security_headers import (
     SecurityHeadersMiddleware,
@@ -451,6 +452,7 @@ def create_app(
     add_routes(app, (module.router for module in api))
     site.install(app)
     docs.install(app)
+    index_routes(app)
     return app
 
 
