@@ -8,6 +8,7 @@ import gc
 import weakref
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -45,3 +46,15 @@ async def test_no_free_database_connection_is_503_not_500(app: FastAPI) -> None:
     assert response.headers["retry-after"] == "2"
     assert response.json()["error"]["code"] == "UNAVAILABLE"
     assert "overloaded" in response.json()["error"]["message"]
+
+
+async def test_the_database_pool_is_sized_by_the_settings(
+    settings: Settings, clock: FrozenClock
+) -> None:
+    if not settings.database_url.startswith("postgresql"):
+        pytest.skip("SQLite's pool is its own (one file, one writer)")
+    sized = settings.model_copy(update={"db_pool_size": 3, "db_max_overflow": 2})
+    app = create_app(sized, clock=clock)
+    async with app.router.lifespan_context(app):
+        pool = app.state.replica.db.engine.pool
+        assert (pool.size(), pool._max_overflow) == (3, 2)

@@ -360,7 +360,12 @@ def create_app(
             store if store is not None else await asyncio.to_thread(open_store, settings)
         )
         await migrate.upgrade(settings.database_url)
-        db = Database(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+        db = Database(
+            settings.database_url,
+            busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+            pool_size=settings.db_pool_size,
+            max_overflow=settings.db_max_overflow,
+        )
         the_clock = clock or SystemClock()
         notifier = notifier_for(settings.database_url, db.backend_pids)
         await notifier.start()

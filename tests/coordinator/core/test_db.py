@@ -8,6 +8,7 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import QueuePool
 
 from gpu_share.coordinator.core.db import Database, driver_of
 from gpu_share.coordinator.core.driver_sql import Sql
@@ -102,4 +103,35 @@ async def test_writes_cancelled_as_they_begin_leave_no_connection_that_loses_the
             driver = (await connection.get_raw_connection()).driver_connection
             assert hasattr(driver, "_top_xact")  # what the pool's check reads (`db.py`)
     finally:
+        await db.dispose()
+
+
+async def test_the_pool_keeps_its_size_and_closes_what_it_opened_beyond_it(
+    postgres_url: str,
+) -> None:
+    db = Database(postgres_url, pool_size=2, max_overflow=1)
+    held = asyncio.Event()
+    try:
+
+        async def hold() -> int:
+            async with db.read() as session:
+                pid: int = (await session.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+                await held.wait()
+                return pid
+
+        holders = [asyncio.create_task(hold()) for _ in range(3)]
+        await asyncio.sleep(0.2)
+        waiting = asyncio.create_task(_backend_pid(db))  # a fourth: pool and overflow busy
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        held.set()
+        pids = await asyncio.gather(*holders)
+        assert len(set(pids)) == 3
+        assert await waiting in pids
+        pool = db.engine.pool
+        assert isinstance(pool, QueuePool)
+        assert pool.checkedin() == 2  # the overflow connection was closed
+        assert len(db.backend_pids) == 2
+    finally:
+        held.set()
         await db.dispose()

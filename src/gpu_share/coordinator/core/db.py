@@ -45,7 +45,12 @@ class Database:
         busy_timeout_ms: int = 10_000,
         echo: bool = False,
         ping_after_idle_sec: float = PING_AFTER_IDLE_SEC,
+        pool_size: int = 10,
+        max_overflow: int = 20,
     ) -> None:
+        """`pool_size` and `max_overflow`: PostgreSQL's pool (`Settings.db_pool_size`):
+        the connections kept open, and those opened beyond them under load, each closed
+        when given back to a full pool."""
         parsed = make_url(url)
         self.url = url
         self.dialect = parsed.get_backend_name()
@@ -55,7 +60,7 @@ class Database:
             ensure_sqlite_directory(url)
             kwargs["connect_args"] = {"timeout": busy_timeout_ms / 1000}
         else:
-            kwargs.update(pool_size=10, max_overflow=20)
+            kwargs.update(pool_size=pool_size, max_overflow=max_overflow)
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             _configure_sqlite(self.engine, busy_timeout_ms)

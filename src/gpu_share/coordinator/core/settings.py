@@ -121,6 +121,17 @@ class Settings(BaseSettings):
         description="Claims one process runs at once; other lease requests wait in memory, "
         "holding no database connection (docs/deployment.md, Sizing)",
     )
+    db_pool_size: int = Field(
+        default=10,
+        ge=1,
+        description="PostgreSQL connections one process keeps open (docs/deployment.md, Sizing)",
+    )
+    db_max_overflow: int = Field(
+        default=20,
+        ge=0,
+        description="More PostgreSQL connections one process opens under load, each closed "
+        "when it is given back while the pool is full",
+    )
     inline_output_limit_bytes: int = Field(default=1 * MiB, ge=0)
     max_output_bytes: int = Field(default=2 * GiB, gt=0)
     max_log_bytes_per_invoke: int = Field(default=2 * MiB, gt=0)
