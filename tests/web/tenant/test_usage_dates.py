@@ -20,3 +20,17 @@ async def test_a_date_past_the_calendar_is_refused_beside_its_own_field(
         said = page.text.split(f'id="{field}-error">', 1)
         assert len(said) == 2, query  # the message stands beside the field it names
         assert text_of(said[1].split("</p>", 1)[0]).startswith(fix), query
+
+
+async def test_an_unreadable_date_is_the_only_one_said_wrong(
+    client: httpx.AsyncClient, tenant: TenantHandle
+) -> None:
+    """A valid date beside one that cannot be read is not judged against today instead
+    (it once said "from must be on or before to (today)")."""
+    await sign_in(client, tenant.key)
+    page = await client.get("/console/usage?from=2099-01-01&to=soon")
+    assert page.status_code == 422
+    said = page.text.split('id="to-error">', 1)
+    assert len(said) == 2
+    assert text_of(said[1].split("</p>", 1)[0]).startswith("Give a date as YYYY-MM-DD")
+    assert 'id="from-error">' not in page.text

@@ -33,11 +33,12 @@ def _dates(request: Request, today: date) -> tuple[date, date, dict[str, str], d
         except ValueError:
             errors[name] = "Give a date as YYYY-MM-DD"
             parsed[name] = None
-    try:
-        start, end = tenant_billing.period(parsed["from"], parsed["to"], today)
-    except ValidationFailed as exc:
-        for wrong in exc.details or [{"loc": ["from"], "msg": exc.message}]:
-            errors[wrong["loc"][0]] = wrong["msg"]  # `field_error`'s: the field, what is wrong
+    if not errors:  # a date that could not be read is not compared with the other one
+        try:
+            start, end = tenant_billing.period(parsed["from"], parsed["to"], today)
+        except ValidationFailed as exc:
+            for wrong in exc.details or [{"loc": ["from"], "msg": exc.message}]:
+                errors[wrong["loc"][0]] = wrong["msg"]  # `field_error`'s: the field, the fix
     if errors:  # the page shows the default period beside what to fix
         start, end = tenant_billing.period(None, None, today)
     return start, end, entered, errors
