@@ -7,6 +7,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, inspect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm.exc import DetachedInstanceError
 
 from gpu_share.coordinator.core import driver_models
 from gpu_share.coordinator.core.db import driver_of
@@ -94,3 +95,31 @@ async def test_a_row_written_on_the_driver_is_what_the_orms_flush_writes(
 def test_a_column_the_database_fills_must_be_set() -> None:
     with pytest.raises(ValueError, match="checked_at"):
         driver_models.flushed_values(_ServerFilled(id="x"))  # type: ignore[arg-type]
+
+
+_SOME = ("id", "gpus", "tier", "registered_at", "delisted")
+_SOME_NODE = driver_models.some_columns(NodeRow, _SOME, "WHERE nodes.id = :node_id")
+
+
+async def test_a_node_read_in_some_columns_has_those_and_refuses_the_others(
+    app: FastAPI, sim_agent: AgentFactory
+) -> None:
+    agent = await sim_agent(inventory(gpus=[H100]), verified=True)
+    async with app.state.replica.db.read() as session:
+        orm = await session.get(NodeRow, agent.node_id)
+        assert orm is not None
+        tx = await driver_of(session)
+        row = await tx.fetchrow(_SOME_NODE, node_id=agent.node_id)
+        assert row is not None
+        read = driver_models.partial(NodeRow, row, _SOME)
+    for key in _SOME:
+        assert getattr(read, key) == getattr(orm, key), key
+    assert read.delisted is False and read.registered_at.tzinfo is not None
+    assert orm.hostname  # the row has one; the read left it out, and says so
+    with pytest.raises(DetachedInstanceError):
+        _ = read.hostname
+
+
+def test_some_columns_refuses_a_name_the_model_lacks() -> None:
+    with pytest.raises(ValueError, match="hostnme"):
+        driver_models.some_columns(NodeRow, ("id", "hostnme"), "")

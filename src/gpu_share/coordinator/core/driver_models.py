@@ -14,7 +14,7 @@ table, so a column added to the model is read here too.
 import functools
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Boolean, DateTime
+from sqlalchemy import JSON, Boolean, DateTime, inspect
 from sqlalchemy.orm.instrumentation import manager_of_class
 
 from gpu_share.coordinator.core.driver_sql import Row, Sql
@@ -44,6 +44,50 @@ def whole_row(
             *extra_datetimes,
         ],
         jsons=[*(c.name for c in table.columns if isinstance(c.type, JSON)), *extra_jsons],
+    )
+
+
+def some_columns(model: type[Base], keys: tuple[str, ...], rest: str) -> Sql:
+    """`SELECT` the columns of `model` whose attribute keys are `keys` `FROM` its table,
+    then `rest`: a row for `partial` when a read of many rows needs only these (each JSON
+    column left out is a decode fewer per row)."""
+    table = model.__table__
+    name = str(model.__tablename__)
+    columns = [column for column in table.columns if column.key in keys]
+    if len(columns) != len(set(keys)):
+        raise ValueError(f"not columns of {name}: {set(keys) - {c.key for c in columns}}")
+    return Sql(
+        f"SELECT {', '.join(f'{name}.{c.name}' for c in columns)} FROM {name} {rest}",  # noqa: S608 (the model's names)
+        datetimes=[c.name for c in columns if isinstance(c.type, UTCDateTime | DateTime)],
+        jsons=[c.name for c in columns if isinstance(c.type, JSON)],
+    )
+
+
+def partial(model: type[M], row: Row, keys: tuple[str, ...]) -> M:
+    """`transient` for a row of `some_columns(model, keys, …)`. The columns not read are
+    left expired: reading one raises (`DetachedInstanceError`) rather than answer None
+    for a value the row has."""
+    read, booleans, unread = _some(model, keys)
+    values = {key: row[name] for name, key in read}
+    for key in booleans:
+        if values[key] is not None:
+            values[key] = bool(values[key])
+    made: M = manager_of_class(model).new_instance()
+    made.__dict__.update(values)
+    inspect(made).expired_attributes.update(unread)
+    return made
+
+
+@functools.cache
+def _some(
+    model: type[Base], keys: tuple[str, ...]
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], frozenset[str]]:
+    """`_columns` for the columns `keys` names, and the keys of the others."""
+    names, booleans = _columns(model)
+    return (
+        tuple((name, key) for name, key in names if key in keys),
+        tuple(key for key in booleans if key in keys),
+        frozenset(key for _, key in names if key not in keys),
     )
 
 

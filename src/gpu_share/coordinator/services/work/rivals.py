@@ -21,8 +21,20 @@ RANKING_GRACE_SEC = 2.0  # after this, any eligible node may take a job a better
 _GRACE = timedelta(seconds=RANKING_GRACE_SEC)
 
 
-_WAITING = driver_models.whole_row(
+RANKED = (
+    *("id", "provider_id", "cpu_count", "gpus", "runtimes", "sandbox"),
+    *("max_concurrent_jobs", "region", "tier", "price_per_gpu_hour_micro", "delisted"),
+    *("last_seen_at", "availability", "benchmark_state", "reliability", "polling_until"),
+    *("poll_free_slots", "poll_free_gpus", "verification", "quarantined_at"),
+)
+"""What ranking a rival and judging whether it could take a job read of its row
+(`ranking.rank`, `placement.serves`): not its telemetry, GPU topology, spot checks or
+the rest, which a read of every waiting node would decode for nothing. A column left out
+raises where read (`driver_models.partial`)."""
+
+_WAITING = driver_models.some_columns(
     NodeRow,
+    RANKED,
     "WHERE nodes.polling_until > :poll_now AND nodes.id != :poll_node"
     " AND nodes.poll_free_slots > 0",
 )
@@ -35,7 +47,7 @@ async def better_pollers(session: AsyncSession, node: NodeRow, now: datetime) ->
     tx = await driver_of(session)
     rows = await tx.fetch(_WAITING, poll_now=now, poll_node=node.id)
     mine = ranking.rank(node)
-    waiting = (driver_models.transient(NodeRow, row) for row in rows)
+    waiting = (driver_models.partial(NodeRow, row, RANKED) for row in rows)
     return [other for other in waiting if ranking.rank(other) > mine]
 
 
