@@ -1,7 +1,12 @@
 """Providers, agent registration and discovery (SPEC §1.2, §3.2)."""
 
 import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy.orm.exc import DetachedInstanceError
 
+from gpu_share.coordinator.services.nodes import nodes, placement
+from gpu_share.protocol.nodes import Telemetry
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import ADMIN, ProviderHandle, TenantHandle, bearer
@@ -126,3 +131,21 @@ async def test_admin_lists_providers_and_provider_gets_keys_once(
     listed = (await client.get("/v1/admin/providers", headers=ADMIN)).json()
     assert [p["id"] for p in listed] == [provider.id]
     assert "api_key" not in listed[0] and "enrollment_token" not in listed[0]
+
+
+async def test_a_submit_reads_the_live_nodes_in_what_placement_reads(
+    app: FastAPI, sim_agent: AgentFactory, clock: FrozenClock
+) -> None:
+    """`live_for_placement`: the columns placement reads, as the whole rows have them;
+    the telemetry a heartbeat wrote is not read, and reading it raises."""
+    agent = await sim_agent(inventory(gpus=[H100], region="eu"), verified=True)
+    await agent.heartbeat(telemetry=Telemetry(cpu_pct=12.5, ram_used_mb=2048))
+    settings = app.state.replica.settings
+    async with app.state.replica.db.write() as session:
+        (whole,) = await nodes.live_nodes(session, clock.now(), settings)
+        (placed,) = await nodes.live_for_placement(session, clock.now(), settings)
+    assert whole.telemetry  # the row has it
+    for key in placement.READS:
+        assert getattr(placed, key) == getattr(whole, key), key
+    with pytest.raises(DetachedInstanceError):
+        _ = placed.telemetry

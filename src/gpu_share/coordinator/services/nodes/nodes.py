@@ -17,6 +17,7 @@ from gpu_share.coordinator.core.statuses import ACTIVE_VALUES
 from gpu_share.coordinator.services.accounts.accounts import issue_key, revoke_node_keys
 from gpu_share.coordinator.services.nodes import hardware, prices
 from gpu_share.coordinator.services.nodes.placement import (
+    READS,
     Requirements,
     gpu_proof,
     in_window,
@@ -255,12 +256,14 @@ async def list_nodes(
     return nodes
 
 
-_LIVE = driver_models.whole_row(
-    NodeRow,
+_LIVE_WHERE = (
     "WHERE nodes.last_seen_at >= :live_since AND nodes.provider_id NOT IN"
-    " (SELECT id FROM providers WHERE suspended_at IS NOT NULL)",
+    " (SELECT id FROM providers WHERE suspended_at IS NOT NULL)"
 )
+_LIVE = driver_models.whole_row(NodeRow, _LIVE_WHERE)
 """`live_nodes`' statement, for `:live_since`."""
+_LIVE_PLACED = driver_models.some_columns(NodeRow, READS, _LIVE_WHERE)
+"""`live_for_placement`'s."""
 
 
 async def live_nodes(session: AsyncSession, now: datetime, settings: Settings) -> list[NodeRow]:
@@ -273,6 +276,20 @@ async def live_nodes(session: AsyncSession, now: datetime, settings: Settings) -
     tx = await driver_of(session)
     return [
         driver_models.transient(NodeRow, row) for row in await tx.fetch(_LIVE, live_since=cutoff)
+    ]
+
+
+async def live_for_placement(
+    session: AsyncSession, now: datetime, settings: Settings
+) -> list[NodeRow]:
+    """`live_nodes` in the columns placement reads (`placement.READS`), for a submit,
+    which weighs every one: a node's telemetry, topology and spot checks are not decoded.
+    Reading any other column of these raises."""
+    cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
+    tx = await driver_of(session)
+    return [
+        driver_models.partial(NodeRow, row, READS)
+        for row in await tx.fetch(_LIVE_PLACED, live_since=cutoff)
     ]
 
 

@@ -192,6 +192,16 @@ def node_listed(node: Hardware) -> bool:
 
 
 # Where `NodeRow.verification` keeps a CPU node's proof (the GPUs' are under their UUIDs).
+READS = (
+    *("id", "provider_id", "cpu_count", "gpus", "runtimes", "sandbox"),
+    *("max_concurrent_jobs", "region", "tier", "price_per_gpu_hour_micro", "delisted"),
+    *("last_seen_at", "availability", "benchmark_state", "reliability", "verification"),
+    "quarantined_at",
+)
+"""The columns of a node's row that placement's rules read (here, `ranking`, `shortfall`,
+`prices.on_demand_rates`): a read of many nodes for them alone needs no more
+(`driver_models.some_columns`; a column left out raises where read, `partial`)."""
+
 CPU_PROOF = "cpu"
 
 

@@ -240,7 +240,7 @@ async def reserve_plan(
     """What to reserve and the requirements placement must then meet (`billing`);
     503 NO_CAPACITY when no online node serves `req`, or none whose rate fits `max_cost`.
     The online nodes are read once for both."""
-    live = await nodes.live_nodes(session, now, settings)
+    live = await nodes.live_for_placement(session, now, settings)
     serving = [node for node in live if serves(node, req, now)]
     if not serving:
         raise no_capacity(req, live, now)

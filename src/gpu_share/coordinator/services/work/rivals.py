@@ -14,23 +14,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpu_share.coordinator.core import driver_models
 from gpu_share.coordinator.core.db import driver_of
 from gpu_share.coordinator.core.orm import NodeRow
-from gpu_share.coordinator.services.nodes import ranking
+from gpu_share.coordinator.services.nodes import placement, ranking
 from gpu_share.coordinator.services.nodes.placement import Requirements, serves
 
 RANKING_GRACE_SEC = 2.0  # after this, any eligible node may take a job a better one left
 _GRACE = timedelta(seconds=RANKING_GRACE_SEC)
 
 
-RANKED = (
-    *("id", "provider_id", "cpu_count", "gpus", "runtimes", "sandbox"),
-    *("max_concurrent_jobs", "region", "tier", "price_per_gpu_hour_micro", "delisted"),
-    *("last_seen_at", "availability", "benchmark_state", "reliability", "polling_until"),
-    *("poll_free_slots", "poll_free_gpus", "verification", "quarantined_at"),
-)
-"""What ranking a rival and judging whether it could take a job read of its row
-(`ranking.rank`, `placement.serves`): not its telemetry, GPU topology, spot checks or
-the rest, which a read of every waiting node would decode for nothing. A column left out
-raises where read (`driver_models.partial`)."""
+RANKED = (*placement.READS, "polling_until", "poll_free_slots", "poll_free_gpus")
+"""What ranking a rival and judging whether it could take a job read of its row, and its
+room: not its telemetry, GPU topology, spot checks and the rest, which a read of every
+waiting node would decode for nothing."""
 
 _WAITING = driver_models.some_columns(
     NodeRow,
