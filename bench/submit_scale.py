@@ -14,6 +14,7 @@ sockets):
   p50 and p99, and its ratio to the 10-node figure.
 
 Run: .venv/bin/python bench/submit_scale.py [--postgres] [--submits 200] [--sizes 10,100,1000]
+     [--working]
 """
 
 import argparse
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import httpx
 from pydantic import SecretStr
+from rivals import SPOT_CHECKS, TELEMETRY, TOPOLOGY
 from sqlalchemy import insert, select
 
 from gpu_share.coordinator import migrate
@@ -47,7 +49,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def add_nodes(app: object, provider_id: str, count: int) -> None:
+async def add_nodes(app: object, provider_id: str, count: int, *, working: bool) -> None:
+    """`count` online priced CPU nodes; `working`: each carries what a working node's row
+    carries (its heartbeats' telemetry, a GPU topology, a spot-check record)."""
+    carried = (
+        {"telemetry": TELEMETRY, "gpu_topology": TOPOLOGY, "spot_checks": SPOT_CHECKS}
+        if working
+        else {}
+    )
     db = app.state.replica.db  # type: ignore[attr-defined]
     now = datetime.now(UTC)
     async with db.write() as session:
@@ -85,6 +94,7 @@ async def add_nodes(app: object, provider_id: str, count: int) -> None:
                     "last_seen_at": now,
                     "poll_free_slots": 0,
                     "poll_free_gpus": 0,
+                    **carried,
                 }
                 for n in range(count)
             ],
@@ -109,7 +119,9 @@ async def rate_lookups(app: object) -> tuple[list[float], list[float]]:
     return per_node, batched
 
 
-async def one_size(database_url: str, data_dir: Path, nodes: int, submits: int) -> dict[str, float]:
+async def one_size(
+    database_url: str, data_dir: Path, nodes: int, submits: int, *, working: bool
+) -> dict[str, float]:
     settings = Settings(
         data_dir=data_dir,
         database_url=database_url,
@@ -128,7 +140,7 @@ async def one_size(database_url: str, data_dir: Path, nodes: int, submits: int) 
                 headers=ADMIN,
             )
             assert top_up.status_code in (200, 201), top_up.text
-            await add_nodes(app, provider.id, nodes)
+            await add_nodes(app, provider.id, nodes, working=working)
             per_node, batched = await rate_lookups(app)
             timings = []
             for _ in range(submits):
@@ -155,12 +167,17 @@ async def main(args: argparse.Namespace) -> None:
                 url = f"sqlite+aiosqlite:///{tmp}/bench.db"
             try:
                 await migrate.upgrade(url)
-                results[nodes] = await one_size(url, Path(tmp) / "data", nodes, args.submits)
+                results[nodes] = await one_size(
+                    url, Path(tmp) / "data", nodes, args.submits, working=args.working
+                )
             finally:
                 if args.postgres:
                     await drop_scratch_postgres(url)
     base = results[sizes[0]]["p50"]
-    print(f"database: {'PostgreSQL' if args.postgres else 'SQLite'}; {args.submits} submits each")
+    print(
+        f"database: {'PostgreSQL' if args.postgres else 'SQLite'}; {args.submits} submits each;"
+        f" nodes {'carrying telemetry, topology, spot checks' if args.working else 'bare'}"
+    )
     print(
         "nodes | rates read per node (baseline) | denormalised | ratio"
         " | submit p50 | p99 | p50 / first"
@@ -178,4 +195,10 @@ if __name__ == "__main__":
     parser.add_argument("--postgres", action="store_true")
     parser.add_argument("--submits", type=int, default=200)
     parser.add_argument("--sizes", default="10,100,1000")
+    parser.add_argument(
+        "--working",
+        action="store_true",
+        help="each node's row carries what a working node's does: telemetry, a GPU topology,"
+        " a spot-check record (else those are empty)",
+    )
     asyncio.run(main(parser.parse_args()))
