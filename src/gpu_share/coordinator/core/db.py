@@ -32,6 +32,11 @@ from gpu_share.coordinator.core.driver_sql import (
     postgres_transaction,
     sqlite_transaction,
 )
+from gpu_share.coordinator.core.settings import Settings
+
+POOL_SIZE: int = Settings.model_fields["db_pool_size"].default
+MAX_OVERFLOW: int = Settings.model_fields["db_max_overflow"].default
+"""PostgreSQL's pool when a `Database` is made without one: the settings' defaults."""
 
 PING_AFTER_IDLE_SEC = 5.0
 """A pooled PostgreSQL connection unused this long is tried before it is handed out."""
@@ -45,8 +50,8 @@ class Database:
         busy_timeout_ms: int = 10_000,
         echo: bool = False,
         ping_after_idle_sec: float = PING_AFTER_IDLE_SEC,
-        pool_size: int = 10,
-        max_overflow: int = 20,
+        pool_size: int = POOL_SIZE,
+        max_overflow: int = MAX_OVERFLOW,
     ) -> None:
         """`pool_size` and `max_overflow`: PostgreSQL's pool (`Settings.db_pool_size`):
         the connections kept open, and those opened beyond them under load, each closed

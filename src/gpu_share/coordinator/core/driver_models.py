@@ -34,32 +34,37 @@ def whole_row(
     """`SELECT` every column of `model`'s table (qualified by its name), then `extra`
     columns (those of them that are datetimes named in `extra_datetimes`, JSON in
     `extra_jsons`), `FROM` the table, then `rest` (joins, `WHERE`, locks)."""
-    table = model.__table__
-    name = str(model.__tablename__)
-    columns = ", ".join(f"{name}.{column.name}" for column in table.columns)
-    return Sql(
-        f"SELECT {columns}{extra} FROM {name} {rest}",  # noqa: S608 (the model's names)
-        datetimes=[
-            *(c.name for c in table.columns if isinstance(c.type, UTCDateTime | DateTime)),
-            *extra_datetimes,
-        ],
-        jsons=[*(c.name for c in table.columns if isinstance(c.type, JSON)), *extra_jsons],
-    )
+    return _select(model, list(model.__table__.columns), rest, extra, extra_datetimes, extra_jsons)
 
 
 def some_columns(model: type[Base], keys: tuple[str, ...], rest: str) -> Sql:
     """`SELECT` the columns of `model` whose attribute keys are `keys` `FROM` its table,
     then `rest`: a row for `partial` when a read of many rows needs only these (each JSON
     column left out is a decode fewer per row)."""
-    table = model.__table__
-    name = str(model.__tablename__)
-    columns = [column for column in table.columns if column.key in keys]
+    columns = [column for column in model.__table__.columns if column.key in keys]
     if len(columns) != len(set(keys)):
-        raise ValueError(f"not columns of {name}: {set(keys) - {c.key for c in columns}}")
+        unknown = set(keys) - {c.key for c in columns}
+        raise ValueError(f"not columns of {model.__tablename__}: {unknown}")
+    return _select(model, columns, rest)
+
+
+def _select(
+    model: type[Base],
+    columns: list[Any],
+    rest: str,
+    extra: str = "",
+    extra_datetimes: tuple[str, ...] = (),
+    extra_jsons: tuple[str, ...] = (),
+) -> Sql:
+    name = str(model.__tablename__)
     return Sql(
-        f"SELECT {', '.join(f'{name}.{c.name}' for c in columns)} FROM {name} {rest}",  # noqa: S608 (the model's names)
-        datetimes=[c.name for c in columns if isinstance(c.type, UTCDateTime | DateTime)],
-        jsons=[c.name for c in columns if isinstance(c.type, JSON)],
+        f"SELECT {', '.join(f'{name}.{c.name}' for c in columns)}{extra}"  # noqa: S608 (the model's names)
+        f" FROM {name} {rest}",
+        datetimes=[
+            *(c.name for c in columns if isinstance(c.type, UTCDateTime | DateTime)),
+            *extra_datetimes,
+        ],
+        jsons=[*(c.name for c in columns if isinstance(c.type, JSON)), *extra_jsons],
     )
 
 
@@ -68,12 +73,7 @@ def partial(model: type[M], row: Row, keys: tuple[str, ...]) -> M:
     left expired: reading one raises (`DetachedInstanceError`) rather than answer None
     for a value the row has."""
     read, booleans, unread = _some(model, keys)
-    values = {key: row[name] for name, key in read}
-    for key in booleans:
-        if values[key] is not None:
-            values[key] = bool(values[key])
-    made: M = manager_of_class(model).new_instance()
-    made.__dict__.update(values)
+    made = _made(model, row, read, booleans)
     inspect(made).expired_attributes.update(unread)
     return made
 
@@ -99,7 +99,13 @@ def transient(model: type[M], row: Row) -> M:
     through its instrumented attribute: ~2 µs a row against ~35–55 µs for a node's 38
     columns. A submit makes one for every online node, so the columns' names come from
     `_columns`, worked out once a model."""
-    names, booleans = _columns(model)
+    return _made(model, row, *_columns(model))
+
+
+def _made(
+    model: type[M], row: Row, names: tuple[tuple[str, str], ...], booleans: tuple[str, ...]
+) -> M:
+    """The object with `row`'s columns `names` ((column name, attribute key) pairs)."""
     values = {key: row[name] for name, key in names}
     for key in booleans:
         if values[key] is not None:

@@ -22,7 +22,6 @@ Routes added to the app after its first request re-index it (their count is chec
 every request).
 """
 
-from collections.abc import Sequence
 from typing import Final
 
 from fastapi import APIRouter, FastAPI
@@ -117,10 +116,10 @@ class RouteIndex:
             )
         return router
 
-    def _subset(self, routes: Sequence[BaseRoute]) -> APIRouter:
+    def _subset(self, routes: list[BaseRoute]) -> APIRouter:
         main = self._router
         subset = APIRouter(
-            routes=list(routes), redirect_slashes=main.redirect_slashes, default=main.default
+            routes=routes, redirect_slashes=main.redirect_slashes, default=main.default
         )
         subset.form_limits = main.form_limits
         return subset

@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core import driver_models
 from gpu_share.coordinator.core.db import driver_of
-from gpu_share.coordinator.core.driver_sql import DriverTx, Sql
+from gpu_share.coordinator.core.driver_sql import DriverTx, Row, Sql
 from gpu_share.coordinator.core.errors import NotFound
 from gpu_share.coordinator.core.ids import new_id
 from gpu_share.coordinator.core.orm import InvokeRow, NodeRow, ProviderRow, TelemetrySampleRow
@@ -272,11 +272,8 @@ async def live_nodes(session: AsyncSession, now: datetime, settings: Settings) -
 
     Every submit weighs them all: read on the driver (`driver_models`), as rows in no
     session. A caller that changes a node reads it with `session.get`."""
-    cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
-    tx = await driver_of(session)
-    return [
-        driver_models.transient(NodeRow, row) for row in await tx.fetch(_LIVE, live_since=cutoff)
-    ]
+    rows = await _live_rows(session, now, settings, _LIVE)
+    return [driver_models.transient(NodeRow, row) for row in rows]
 
 
 async def live_for_placement(
@@ -285,12 +282,15 @@ async def live_for_placement(
     """`live_nodes` in the columns placement reads (`placement.READS`), for a submit,
     which weighs every one: a node's telemetry, topology and spot checks are not decoded.
     Reading any other column of these raises."""
+    rows = await _live_rows(session, now, settings, _LIVE_PLACED)
+    return [driver_models.partial(NodeRow, row, READS) for row in rows]
+
+
+async def _live_rows(
+    session: AsyncSession, now: datetime, settings: Settings, sql: Sql
+) -> list[Row]:
     cutoff = now - timedelta(seconds=settings.node_offline_after_sec)
-    tx = await driver_of(session)
-    return [
-        driver_models.partial(NodeRow, row, READS)
-        for row in await tx.fetch(_LIVE_PLACED, live_since=cutoff)
-    ]
+    return await (await driver_of(session)).fetch(sql, live_since=cutoff)
 
 
 async def count_online(session: AsyncSession, now: datetime, settings: Settings) -> int:

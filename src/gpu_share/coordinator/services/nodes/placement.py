@@ -191,7 +191,6 @@ def node_listed(node: Hardware) -> bool:
     return not (isinstance(verdict, dict) and verdict.get("passed") is False)
 
 
-# Where `NodeRow.verification` keeps a CPU node's proof (the GPUs' are under their UUIDs).
 READS = (
     *("id", "provider_id", "cpu_count", "gpus", "runtimes", "sandbox"),
     *("max_concurrent_jobs", "region", "tier", "price_per_gpu_hour_micro", "delisted"),
@@ -202,6 +201,7 @@ READS = (
 `prices.on_demand_rates`): a read of many nodes for them alone needs no more
 (`driver_models.some_columns`; a column left out raises where read, `partial`)."""
 
+# Where `NodeRow.verification` keeps a CPU node's proof (the GPUs' are under their UUIDs).
 CPU_PROOF = "cpu"
 
 
