@@ -6,12 +6,15 @@ from datetime import UTC, datetime
 
 import asyncpg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import QueuePool
 
+from gpu_share.coordinator.core import metrics
 from gpu_share.coordinator.core.db import Database, driver_of
 from gpu_share.coordinator.core.driver_sql import Sql
+from gpu_share.coordinator.core.orm import LedgerTransactionRow
 
 
 async def _backend_pid(db: Database) -> int:
@@ -134,4 +137,99 @@ async def test_the_pool_keeps_its_size_and_closes_what_it_opened_beyond_it(
         assert len(db.backend_pids) == 2
     finally:
         held.set()
+        await db.dispose()
+
+
+class _Boom(Exception):
+    pass
+
+
+async def _kept_causes(db: Database) -> set[str]:
+    async with db.driver_read() as tx:
+        return {row["cause"] for row in await tx.fetch(_KEPT)}
+
+
+async def test_a_write_commits_its_driver_and_orm_statements_together_or_neither(
+    db_url: str,
+) -> None:
+    # Driver statements first, then the ORM's, then the driver's again: one transaction,
+    # whichever began it; the commit hooks (`metrics.after_commit`) run at its commit and
+    # never for a rollback.
+    db = Database(db_url)
+    at = datetime.now(UTC)
+    committed: list[str] = []
+
+    def posted(session: object, cause: str) -> LedgerTransactionRow:
+        return LedgerTransactionRow(id=cause, cause=cause, kind="top_up", created_at=at, details={})
+
+    try:
+        for fails in (False, True):
+            with contextlib.suppress(_Boom):
+                async with db.write() as session:
+                    tx = await driver_of(session)
+                    await tx.execute(_POSTED, cause=f"kept:driver-{fails}", at=at)
+                    session.add(posted(session, f"kept:orm-{fails}"))
+                    await session.flush()
+                    await (await driver_of(session)).execute(
+                        _POSTED, cause=f"kept:after-{fails}", at=at
+                    )
+                    metrics.after_commit(session, lambda fails=fails: committed.append(str(fails)))
+                    if fails:
+                        raise _Boom
+            # Left unflushed at the block's end: committed with it.
+            with contextlib.suppress(_Boom):
+                async with db.write() as session:
+                    await (await driver_of(session)).execute(
+                        _POSTED, cause=f"kept:unflushed-driver-{fails}", at=at
+                    )
+                    session.add(posted(session, f"kept:unflushed-{fails}"))
+                    if fails:
+                        raise _Boom
+        assert await _kept_causes(db) == {
+            "kept:driver-False",
+            "kept:orm-False",
+            "kept:after-False",
+            "kept:unflushed-driver-False",
+            "kept:unflushed-False",
+        }
+        assert committed == ["False"]
+    finally:
+        await db.dispose()
+
+
+async def test_a_write_of_driver_statements_only_never_begins_the_orm_and_commits(
+    postgres_url: str,
+) -> None:
+    # What the hot paths (claim, result, submit) are: on PostgreSQL such a block commits on
+    # the driver, and the session's begin, commit and close are never run (`_DriverFirst`).
+    db = Database(postgres_url)
+    at = datetime.now(UTC)
+    begun: list[Session] = []
+    committed: list[str] = []
+    rolled_back: list[str] = []
+
+    def on_begin(session: Session, *_: object) -> None:
+        begun.append(session)
+
+    event.listen(Session, "after_begin", on_begin)
+    try:
+        async with db.write() as session:
+            await (await driver_of(session)).execute(_POSTED, cause="kept:only-driver", at=at)
+            metrics.after_commit(session, lambda: committed.append("yes"))
+        with contextlib.suppress(_Boom):
+            async with db.write() as session:
+                await (await driver_of(session)).execute(_POSTED, cause="kept:lost", at=at)
+                metrics.after_commit(session, lambda: rolled_back.append("counted"))
+                raise _Boom
+        async with db.write():
+            pass  # nothing sent: nothing to begin or commit
+        assert begun == []
+        assert committed == ["yes"]
+        assert rolled_back == []
+        assert await _kept_causes(db) == {"kept:only-driver"}
+        async with db.engine.connect() as connection:
+            driver = (await connection.get_raw_connection()).driver_connection
+            assert not driver.is_in_transaction()
+    finally:
+        event.remove(Session, "after_begin", on_begin)
         await db.dispose()

@@ -239,6 +239,12 @@ async def _transaction(connection: Any, begin: str, tx: DriverTx) -> AsyncIterat
         raise
 
 
+def driver_errors() -> _as_sqlalchemy_errors:
+    """Around a driver call outside a statement (a transaction's COMMIT): its errors as
+    SQLAlchemy's, as a statement's are."""
+    return _as_sqlalchemy_errors(None)
+
+
 class _as_sqlalchemy_errors:
     """The driver's errors as SQLAlchemy's, which the application already answers."""
 
