@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import functools
 from datetime import UTC, datetime
 
 import asyncpg
@@ -173,7 +174,7 @@ async def test_a_write_commits_its_driver_and_orm_statements_together_or_neither
                     await (await driver_of(session)).execute(
                         _POSTED, cause=f"kept:after-{fails}", at=at
                     )
-                    metrics.after_commit(session, lambda fails=fails: committed.append(str(fails)))
+                    metrics.after_commit(session, functools.partial(committed.append, str(fails)))
                     if fails:
                         raise _Boom
             # Left unflushed at the block's end: committed with it.
@@ -229,6 +230,7 @@ async def test_a_write_of_driver_statements_only_never_begins_the_orm_and_commit
         assert await _kept_causes(db) == {"kept:only-driver"}
         async with db.engine.connect() as connection:
             driver = (await connection.get_raw_connection()).driver_connection
+            assert driver is not None
             assert not driver.is_in_transaction()
     finally:
         event.remove(Session, "after_begin", on_begin)

@@ -5,6 +5,8 @@ while it waited. Which jobs a claim takes is test_claims'; a lease's life, test_
 import hashlib
 
 import httpx
+from sqlalchemy import event
+from sqlalchemy.orm import ORMExecuteState, Session
 
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.testing.clock import FrozenClock
@@ -49,3 +51,26 @@ async def test_an_invoke_whose_artifact_expired_while_queued_fails_instead_of_be
     assert state["status"] == "failed"
     assert state["error"]["code"] == "ARTIFACT_EXPIRED"
     assert state["attempts"] == 0
+
+
+async def test_a_lease_reads_its_platform_artifacts_without_the_orm(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    # Every lease of a job that uses platform artifacts reads them; on the driver, with
+    # their blobs (`artifact_refs.load_artifacts`), a claim stays clear of the ORM.
+    agent = await sim_agent()
+    model = await upload(client, tenant, MODEL)
+    await submit(client, tenant, {**CPU_HELLO, "model_url": model["url"]})
+    statements: list[str] = []
+
+    def on_execute(state: ORMExecuteState) -> None:
+        statements.append(str(state.statement))
+
+    event.listen(Session, "do_orm_execute", on_execute)
+    try:
+        (job,) = await agent.lease()
+    finally:
+        event.remove(Session, "do_orm_execute", on_execute)
+    assert job.model.platform
+    assert job.model.sha256 == hashlib.sha256(MODEL).hexdigest()
+    assert statements == []

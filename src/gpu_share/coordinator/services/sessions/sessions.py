@@ -34,7 +34,7 @@ from gpu_share.coordinator.core.errors import (
     Unavailable,
 )
 from gpu_share.coordinator.core.ids import new_id
-from gpu_share.coordinator.core.orm import ArtifactRow, NodeRow, SessionRow
+from gpu_share.coordinator.core.orm import NodeRow, SessionRow
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.statuses import OPEN_SESSION_VALUES
 from gpu_share.coordinator.replica.peers import Peers, PeerUnreachable, RelayedOpen
@@ -273,14 +273,8 @@ class Sessions:
                 session, body.model_url, model.artifact_id, model.sha256, now, ctx
             )
             assert ref is not None  # resolve_url refused expired artifacts already
-            size = (
-                await session.scalar(
-                    select(ArtifactRow.size).where(ArtifactRow.id == model.artifact_id)
-                )
-                if model.artifact_id
-                else None
-            )
-            reserve_mb = memory_fit.session_reservation_mb(size, req.min_vram_mb)
+            # The stored model's size; None for a model at the tenant's own URL.
+            reserve_mb = memory_fit.session_reservation_mb(ref.size, req.min_vram_mb)
             # A whole-GPU session holds its GPUs, not a share of the node's memory.
             shared_mb = reserve_mb if body.gpus == 0 else 0
             if body.reservation_id is not None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpu_share.coordinator.core.orm import ArtifactRow, BlobRow
+from gpu_share.coordinator.core.db import driver_of
+from gpu_share.coordinator.core.driver_sql import Sql
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.coordinator.core.signing import UrlSigner
 from gpu_share.coordinator.services.artifacts.artifacts import artifact_url
@@ -36,6 +36,17 @@ class LeaseContext:
     base_url: str
 
 
+@dataclass(frozen=True, slots=True)
+class StoredArtifact:
+    """What a link to a platform artifact is made from (`load_artifacts`)."""
+
+    id: str
+    sha256: str
+    size: int
+    expires_at: datetime
+    storage_key: str | None  # its blob's; None: the artifact holds no bytes (any more)
+
+
 async def artifact_ref(
     session: AsyncSession,
     url: str,
@@ -43,22 +54,21 @@ async def artifact_ref(
     sha256: str | None,
     now: datetime,
     ctx: LeaseContext,
-    loaded: Mapping[str, ArtifactRow] | None = None,
+    loaded: Mapping[str, StoredArtifact] | None = None,
 ) -> wire.ArtifactRef | None:
     """A fetchable reference; None when the platform artifact has expired since submission.
-    `loaded`: artifacts already read, by id."""
+    `loaded`: artifacts already read, by id (`load_artifacts`)."""
     if artifact_id is None:
         return wire.ArtifactRef(url=url, platform=False, sha256=sha256, size=None)
-    artifact = (loaded or {}).get(artifact_id) or await session.get(ArtifactRow, artifact_id)
-    if artifact is None or artifact.blob_id is None or artifact.expires_at <= now:
+    artifact = (loaded or {}).get(artifact_id) or (await _stored(session, {artifact_id})).get(
+        artifact_id
+    )
+    if artifact is None or artifact.storage_key is None or artifact.expires_at <= now:
         return None
     lifetime = timedelta(seconds=ctx.settings.artifact_token_ttl_sec)
     link: str | None = None
     if ctx.store.presigns:
-        blob = await session.get(BlobRow, artifact.blob_id)
-        if blob is None:
-            return None
-        link = await asyncio.to_thread(ctx.store.download_url, blob.storage_key, lifetime)
+        link = await asyncio.to_thread(ctx.store.download_url, artifact.storage_key, lifetime)
     if link is None:
         token = ctx.signer.sign(artifact_id, now + lifetime)
         link = f"{artifact_url(ctx.base_url, artifact_id)}?token={token}"
@@ -85,19 +95,54 @@ class UsesArtifacts(Protocol):
 
 async def load_artifacts(
     session: AsyncSession, rows: Sequence[UsesArtifacts]
-) -> dict[str, ArtifactRow]:
+) -> dict[str, StoredArtifact]:
     """The artifacts these invokes use, read in one statement rather than one each."""
-    ids = {
-        artifact_id
-        for row in rows
-        for artifact_id in (
-            row.model_artifact_id,
-            row.inputs_artifact_id,
-            row.checkpoint_artifact_id,
-        )
-        if artifact_id
-    }
+    return await _stored(
+        session,
+        {
+            artifact_id
+            for row in rows
+            for artifact_id in (
+                row.model_artifact_id,
+                row.inputs_artifact_id,
+                row.checkpoint_artifact_id,
+            )
+            if artifact_id
+        },
+    )
+
+
+_STORED_COLUMNS = (
+    "SELECT artifacts.id, artifacts.sha256, artifacts.size, artifacts.expires_at,"
+    " blobs.storage_key FROM artifacts LEFT JOIN blobs ON blobs.id = artifacts.blob_id"
+)
+_STORED = {
+    "postgresql": Sql(
+        f"{_STORED_COLUMNS} WHERE artifacts.id = ANY(:ids)",
+        datetimes=("expires_at",),
+    ),
+    "sqlite": Sql(
+        f"{_STORED_COLUMNS} WHERE artifacts.id IN (SELECT value FROM json_each(:ids))",  # noqa: S608
+        datetimes=("expires_at",),
+        jsons=("ids",),
+    ),
+}
+"""Artifacts with their blobs' storage keys, in one round trip on the driver: every lease
+of a job that uses platform artifacts reads them (`claims`)."""
+
+
+async def _stored(session: AsyncSession, ids: set[str]) -> dict[str, StoredArtifact]:
     if not ids:
         return {}
-    query = select(ArtifactRow).where(ArtifactRow.id.in_(sorted(ids)))
-    return {artifact.id: artifact for artifact in (await session.scalars(query)).all()}
+    tx = await driver_of(session)
+    rows = await tx.fetch(_STORED[tx.dialect], ids=sorted(ids))
+    return {
+        row["id"]: StoredArtifact(
+            id=row["id"],
+            sha256=row["sha256"],
+            size=row["size"],
+            expires_at=row["expires_at"],
+            storage_key=row["storage_key"],
+        )
+        for row in rows
+    }

@@ -13,10 +13,14 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpu_share.coordinator.core.driver_sql import Row as DriverRow
-from gpu_share.coordinator.core.orm import ArtifactRow, NodeRow
+from gpu_share.coordinator.core.orm import NodeRow
 from gpu_share.coordinator.services.money import billing
 from gpu_share.coordinator.services.work import check_offers, invoke_state
-from gpu_share.coordinator.services.work.artifact_refs import LeaseContext, artifact_ref
+from gpu_share.coordinator.services.work.artifact_refs import (
+    LeaseContext,
+    StoredArtifact,
+    artifact_ref,
+)
 from gpu_share.coordinator.services.work.invoke_state import Lease
 from gpu_share.protocol import agent as wire
 from gpu_share.protocol.errors import ErrorCode
@@ -64,7 +68,7 @@ async def lease_invoke(
     ctx: LeaseContext,
     gpu_indices: list[int],
     *,
-    artifacts: Mapping[str, ArtifactRow],
+    artifacts: Mapping[str, StoredArtifact],
     start: bool = False,
 ) -> wire.LeasedJob | None:
     """Lease one invoke to the node, on `gpu_indices` of its GPUs (none for a CPU job);
