@@ -26,11 +26,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gpu_share.agent.runtimes.jobspec import JobSpec, RuntimeResult, read_result, write_spec
 from gpu_share.agent.runtimes.npz import load_npz
-from gpu_share.agent.runtimes.onnx import _session_options
+from gpu_share.agent.runtimes.onnx import WARM_UP_MODEL, _session_options, warm_up
 from gpu_share.agent.runtimes.runner import FailureCode, Result, Runtime, Spec, write_result
 from gpu_share.examples import DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.runtimes import RuntimeName
+from gpu_share.testing.models import identity_model
 from tests.agent.runtimes.test_npz import inflating_npz
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -522,3 +523,11 @@ def test_a_3_mib_npz_inflating_to_3_gib_fails_fast_from_its_headers_in_little_me
     result = read_result(tmp_path / "out" / "result.json")
     assert result is not None and result.error is not None
     assert "more than the 1024 MiB this node lets" in result.error.message
+
+
+def test_the_warm_up_model_is_the_one_value_identity_it_says_and_runs() -> None:
+    # A warm runtime loads it before its job (`onnx.warm_up`): the platform's own bytes,
+    # never a tenant's, and a model onnxruntime runs.
+    assert identity_model(shape=(1,)) == WARM_UP_MODEL
+    onnx.checker.check_model(onnx.load_from_string(WARM_UP_MODEL))
+    warm_up()

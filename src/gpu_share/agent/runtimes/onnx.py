@@ -479,11 +479,34 @@ def _gpu_model() -> str | None:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
+WARM_UP_MODEL = bytes.fromhex(
+    "08083a3e0a100a017812017922084964656e7469747912086964656e746974795a0f0a0178120a0a0808"
+    "0112040a020801620f0a0179120a0a08080112040a02080142040a00100d"
+)
+"""y = x on one float32 (`testing.models.identity_model(shape=(1,))`, opset 13): the
+platform's own model, run once by a warm runtime before it waits for its job."""
+
+
+def warm_up() -> None:
+    """Pay onnxruntime's first session of the process now, ahead of the job: the first
+    `InferenceSession` a process makes costs ~3 ms more than any later one (the digits
+    model loaded in 3.4–4.4 ms first, 0.5–0.6 ms after this; bench/README.md,
+    `dispatch.py`). On the CPU only: a CUDA context held by every waiting process would
+    take GPU memory from the node's jobs and sessions."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(WARM_UP_MODEL, sess_options=options, providers=[CPU_PROVIDER])
+    session.run(None, {"x": np.zeros(1, dtype=np.float32)})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if list(argv) == ["--warm"]:  # started ahead of its job (`runtimes/warm.py`)
         from gpu_share.agent.runtimes import warm
 
+        warm_up()  # before it says it is ready: the pool hands over no job meanwhile
         job = warm.wait_for_job()
         if job is None:
             return 0
