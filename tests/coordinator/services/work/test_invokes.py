@@ -1,13 +1,18 @@
 """SPEC §1.5 from the tenant's side, against simulated agents speaking the real protocol."""
 
 import asyncio
+import contextlib
 import hashlib
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event
+from sqlalchemy.orm import ORMExecuteState, Session
 
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
+from gpu_share.examples import DIGITS_INPUTS, DIGITS_MODEL
 from gpu_share.protocol.nodes import SandboxKind
 from gpu_share.protocol.runtimes import RuntimeName
 from gpu_share.testing.clock import FrozenClock
@@ -158,6 +163,22 @@ async def test_enforce_mode_requires_checksums(
     ok = await invoke(client, tenant, {**with_inputs, "inputs_checksum_sha256": "b" * 64})
     assert ok.status_code == 202
     assert ok.json()["warnings"] == []
+
+
+@contextlib.contextmanager
+def orm_statements() -> Iterator[list[str]]:
+    """The statements the ORM runs in the block, any session's: the hot paths (a submit,
+    a lease) run theirs on the driver (`driver_sql`)."""
+    statements: list[str] = []
+
+    def on_execute(state: ORMExecuteState) -> None:
+        statements.append(str(state.statement))
+
+    event.listen(Session, "do_orm_execute", on_execute)
+    try:
+        yield statements
+    finally:
+        event.remove(Session, "do_orm_execute", on_execute)
 
 
 async def upload(client: httpx.AsyncClient, tenant: TenantHandle, data: bytes) -> dict[str, Any]:
@@ -440,3 +461,25 @@ async def test_isolated_only_keeps_work_off_nodes_that_run_plain_processes(
     assert queued.status_code == 202
     assert await plain.lease() == []
     assert [job.invoke_id for job in await sandboxed.lease()] == [queued.json()["id"]]
+
+
+async def test_a_submit_resolves_its_platform_artifacts_without_the_orm(
+    client: httpx.AsyncClient, tenant: TenantHandle, sim_agent: AgentFactory
+) -> None:
+    # Both files are the tenant's uploads, read on the driver with their blobs
+    # (`artifact_refs.stored_artifact`): the submit stays clear of the ORM.
+    await sim_agent(inventory(runtimes=[RuntimeName.ONNX_CPU]))
+    model = await upload(client, tenant, DIGITS_MODEL.read_bytes())
+    inputs = (
+        await client.post(
+            "/v1/artifacts",
+            params={"kind": "inputs"},
+            content=DIGITS_INPUTS.read_bytes(),
+            headers=tenant.headers,
+        )
+    ).json()
+    body = {**CPU_HELLO, "model_url": model["url"], "inputs_url": inputs["url"]}
+    with orm_statements() as statements:
+        response = await invoke(client, tenant, body)
+    assert response.status_code == 202, response.text
+    assert statements == []

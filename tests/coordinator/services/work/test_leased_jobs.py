@@ -5,15 +5,13 @@ while it waited. Which jobs a claim takes is test_claims'; a lease's life, test_
 import hashlib
 
 import httpx
-from sqlalchemy import event
-from sqlalchemy.orm import ORMExecuteState, Session
 
 from gpu_share.coordinator.core.settings import Settings
 from gpu_share.testing.clock import FrozenClock
 from gpu_share.testing.factories import TenantHandle
 from gpu_share.testing.models import identity_model
 from gpu_share.testing.simulated_agent import AgentFactory
-from tests.coordinator.services.work.test_invokes import upload
+from tests.coordinator.services.work.test_invokes import orm_statements, upload
 from tests.coordinator.services.work.test_leases import CPU_HELLO, status_of, submit
 
 MODEL = identity_model("leased")  # uploads are checked: a model must be an ONNX graph
@@ -61,16 +59,8 @@ async def test_a_lease_reads_its_platform_artifacts_without_the_orm(
     agent = await sim_agent()
     model = await upload(client, tenant, MODEL)
     await submit(client, tenant, {**CPU_HELLO, "model_url": model["url"]})
-    statements: list[str] = []
-
-    def on_execute(state: ORMExecuteState) -> None:
-        statements.append(str(state.statement))
-
-    event.listen(Session, "do_orm_execute", on_execute)
-    try:
+    with orm_statements() as statements:
         (job,) = await agent.lease()
-    finally:
-        event.remove(Session, "do_orm_execute", on_execute)
     assert job.model.platform
     assert job.model.sha256 == hashlib.sha256(MODEL).hexdigest()
     assert statements == []

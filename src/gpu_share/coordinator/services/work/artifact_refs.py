@@ -41,6 +41,7 @@ class StoredArtifact:
     """What a link to a platform artifact is made from (`load_artifacts`)."""
 
     id: str
+    tenant_id: str
     sha256: str
     size: int
     expires_at: datetime
@@ -60,9 +61,7 @@ async def artifact_ref(
     `loaded`: artifacts already read, by id (`load_artifacts`)."""
     if artifact_id is None:
         return wire.ArtifactRef(url=url, platform=False, sha256=sha256, size=None)
-    artifact = (loaded or {}).get(artifact_id) or (await _stored(session, {artifact_id})).get(
-        artifact_id
-    )
+    artifact = (loaded or {}).get(artifact_id) or await stored_artifact(session, artifact_id)
     if artifact is None or artifact.storage_key is None or artifact.expires_at <= now:
         return None
     lifetime = timedelta(seconds=ctx.settings.artifact_token_ttl_sec)
@@ -97,7 +96,7 @@ async def load_artifacts(
     session: AsyncSession, rows: Sequence[UsesArtifacts]
 ) -> dict[str, StoredArtifact]:
     """The artifacts these invokes use, read in one statement rather than one each."""
-    return await _stored(
+    return await stored_artifacts(
         session,
         {
             artifact_id
@@ -113,8 +112,9 @@ async def load_artifacts(
 
 
 _STORED_COLUMNS = (
-    "SELECT artifacts.id, artifacts.sha256, artifacts.size, artifacts.expires_at,"
-    " blobs.storage_key FROM artifacts LEFT JOIN blobs ON blobs.id = artifacts.blob_id"
+    "SELECT artifacts.id, artifacts.tenant_id, artifacts.sha256, artifacts.size,"
+    " artifacts.expires_at, blobs.storage_key"
+    " FROM artifacts LEFT JOIN blobs ON blobs.id = artifacts.blob_id"
 )
 _STORED = {
     "postgresql": Sql(
@@ -127,11 +127,17 @@ _STORED = {
         jsons=("ids",),
     ),
 }
-"""Artifacts with their blobs' storage keys, in one round trip on the driver: every lease
-of a job that uses platform artifacts reads them (`claims`)."""
+"""Artifacts with their blobs' storage keys, in one round trip on the driver: every submit
+and every lease of a job that uses platform artifacts reads them."""
 
 
-async def _stored(session: AsyncSession, ids: set[str]) -> dict[str, StoredArtifact]:
+async def stored_artifact(session: AsyncSession, artifact_id: str) -> StoredArtifact | None:
+    """One artifact, whoever's it is: the caller checks that it is the tenant's."""
+    return (await stored_artifacts(session, {artifact_id})).get(artifact_id)
+
+
+async def stored_artifacts(session: AsyncSession, ids: set[str]) -> dict[str, StoredArtifact]:
+    """These artifacts, by id (those that exist), in the session's transaction."""
     if not ids:
         return {}
     tx = await driver_of(session)
@@ -139,6 +145,7 @@ async def _stored(session: AsyncSession, ids: set[str]) -> dict[str, StoredArtif
     return {
         row["id"]: StoredArtifact(
             id=row["id"],
+            tenant_id=row["tenant_id"],
             sha256=row["sha256"],
             size=row["size"],
             expires_at=row["expires_at"],

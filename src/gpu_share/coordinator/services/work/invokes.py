@@ -24,7 +24,7 @@ from gpu_share.coordinator.core.errors import (
     field_error,
 )
 from gpu_share.coordinator.core.ids import checked_cursor, new_id
-from gpu_share.coordinator.core.orm import ArtifactRow, InvokeLogRow, InvokeRow, NodeRow
+from gpu_share.coordinator.core.orm import InvokeLogRow, InvokeRow, NodeRow
 from gpu_share.coordinator.core.settings import ChecksumMode, Settings
 from gpu_share.coordinator.core.statuses import CHECK_CAME_BACK
 from gpu_share.coordinator.replica.notify import Channel, Notifier, in_statement
@@ -37,7 +37,12 @@ from gpu_share.coordinator.services.nodes.placement import (
     serves,
 )
 from gpu_share.coordinator.services.webhooks import events
-from gpu_share.coordinator.services.work import invoke_state, preemption, reservation_holds
+from gpu_share.coordinator.services.work import (
+    artifact_refs,
+    invoke_state,
+    preemption,
+    reservation_holds,
+)
 from gpu_share.protocol.errors import ErrorCode
 from gpu_share.protocol.invokes import (
     Invoke,
@@ -144,10 +149,10 @@ async def resolve_url(
     artifact_id = platform_artifact_id(url, origins)
     if artifact_id is None:
         return ResolvedUrl(None, checksum)
-    row = await session.get(ArtifactRow, artifact_id)
+    row = await artifact_refs.stored_artifact(session, artifact_id)
     if row is None or row.tenant_id != tenant_id:
         raise NotFound(f"{field}: artifact {artifact_id} does not exist")
-    if row.expires_at <= now or row.blob_id is None:
+    if row.expires_at <= now or row.storage_key is None:
         raise ValidationFailed(
             f"{field}: artifact {artifact_id} expired at {row.expires_at.isoformat()}; "
             "upload it again",
