@@ -65,6 +65,7 @@ class Job:
         self.staging = JobStaging(ctx, lease, self.logs)
         self.reporter = JobReporter(ctx, lease, gpus, self.logs)
         self.checkpoints: CheckpointKeeper | None = None
+        self.sandboxed: SandboxedRun | None = None
         self._stopped_for_preemption = False
         self.reporting = False  # the result is on its way: the job itself is over
 
@@ -91,10 +92,15 @@ class Job:
         try:
             await self._run_and_report(started)
         finally:
-            # The folders go once the result is on its way: their removal (~2 ms) is not
-            # the tenant's wait. Nothing of the report reads them: the outputs are inline
-            # in it or uploaded already.
-            await self.staging.remove()
+            # The folders go once the result is on its way and nothing of the job runs: their
+            # removal (~2 ms), like the rest of the processes' exit, is not the tenant's
+            # wait. Nothing of the report reads them: the outputs are inline in it or
+            # uploaded already.
+            try:
+                if self.sandboxed is not None:
+                    await self.sandboxed.finished()
+            finally:
+                await self.staging.remove()
 
     async def _run_and_report(self, started: float) -> None:
         report: wire.ResultReport | None
@@ -160,7 +166,7 @@ class Job:
                     self.logs,
                     max_bytes=self.ctx.settings.max_download_bytes,
                 )
-        run = SandboxedRun(
+        run = self.sandboxed = SandboxedRun(
             self.ctx,
             lease,
             self.gpus,

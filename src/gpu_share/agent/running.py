@@ -25,13 +25,18 @@ from gpu_share.agent.jobcontext import JobContext
 from gpu_share.agent.jobfiles import UnsafeJobFile, read_small
 from gpu_share.agent.logstream import LogStream
 from gpu_share.agent.runtimes.jobspec import RUNTIME_MODULES, JobSpec, RuntimeResult
+from gpu_share.agent.runtimes.runner import RESULT_WRITTEN_LINE
 from gpu_share.agent.sandbox import JobLimits, LimitHit, SandboxedProcess, SandboxSpec
+from gpu_share.agent.sandbox.process import SubprocessJob
 from gpu_share.protocol import agent as wire
 
 log = logging.getLogger(__name__)
 
 RESULT_PATH = "out/result.json"
 KILL_GRACE_SEC = 5.0
+EXIT_AFTER_RESULT_SEC = 2.0
+"""How long a runtime that said its verdict is written may take to exit before it is killed."""
+_WRITTEN = RESULT_WRITTEN_LINE.encode()
 
 
 class Outcome:
@@ -71,6 +76,7 @@ class SandboxedRun:
         self.outcome = outcome
         self.checkpoints = checkpoints
         self.peak_gpu_bytes: int | None = None
+        self._exiting: asyncio.Task[None] | None = None
 
     @property
     def invoke_id(self) -> str:
@@ -103,9 +109,20 @@ class SandboxedRun:
         )
 
     async def run(self, spec: SandboxSpec, started: float) -> RunEnd:
-        """Run until exit, timeout, cancel, drop or preemption."""
+        """Run until exit, timeout, cancel, drop or preemption.
+
+        A runtime's last line says its verdict and outputs are written and closed
+        (`RESULT_WRITTEN_LINE`): the run ends there, and what is left of the process tree
+        (its exit, ~5 ms: the kernel unmapping the runtime, then bwrap's and the
+        supervisor's exits) is waited for, or killed after `EXIT_AFTER_RESULT_SEC`, while
+        the result is on its way (`finished`), and before the job's folder goes. Only a
+        success ends so (a failure waits for the exit, whose limits may say why), on a
+        sandbox that can judge the folder's disk use before the exit. A job that printed
+        the line early is judged by what it had written by then, and ended
+        `EXIT_AFTER_RESULT_SEC` later."""
         process = await self._start_process(spec)
-        pump = asyncio.create_task(self._pump(process))
+        written = asyncio.Event()
+        pump = asyncio.create_task(self._pump(process, written))
         sampler = asyncio.create_task(self._sample_gpu_memory(process)) if self.gpus else None
         watcher = (
             asyncio.create_task(self.checkpoints.watch()) if self.checkpoints is not None else None
@@ -117,7 +134,10 @@ class SandboxedRun:
             asyncio.create_task(self.outcome.dropped.wait()): "dropped",
             asyncio.create_task(self.outcome.preempted.wait()): "preempted",
         }
+        if isinstance(process, SubprocessJob):  # it can judge its folder before its exit
+            waiters[asyncio.create_task(written.wait())] = None
         exit_code: int | None = None
+        limit_hit: LimitHit | None = None
         try:
             done, _ = await asyncio.wait(
                 waiters, timeout=max(remaining, 0.0), return_when=asyncio.FIRST_COMPLETED
@@ -125,9 +145,16 @@ class SandboxedRun:
             stopped: str | None = "timeout" if not done else None
             for task in done:
                 stopped = stopped or waiters[task]
-            if stopped is not None:
-                process.kill()
-            exit_code = await asyncio.wait_for(process.wait(), KILL_GRACE_SEC + 30)
+            if stopped is None and self._succeeded(process, written):
+                assert isinstance(process, SubprocessJob)
+                exit_code = 0
+                limit_hit = process.limit_hit or await asyncio.to_thread(process.disk_exceeded)
+                self._exiting = asyncio.create_task(self._reap(process, pump))
+            else:
+                if stopped is not None:
+                    process.kill()
+                exit_code = await asyncio.wait_for(process.wait(), KILL_GRACE_SEC + 30)
+                limit_hit = process.limit_hit
         finally:
             if exit_code is None:  # cancelled (the agent is stopping) or stuck: kill it
                 process.kill()
@@ -139,9 +166,43 @@ class SandboxedRun:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(pump, 5)
-        return RunEnd(exit_code, stopped, process.limit_hit)
+            if self._exiting is None:
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(pump, 5)
+        return RunEnd(exit_code, stopped, limit_hit)
+
+    def _succeeded(self, process: SandboxedProcess, written: asyncio.Event) -> bool:
+        """Whether the runtime said it wrote a verdict, and that verdict is a success: a
+        failure waits for the exit, whose limits may say more of why it failed."""
+        if not written.is_set() or not isinstance(process, SubprocessJob):
+            return False
+        result = self.read_result()
+        return result is not None and result.ok
+
+    async def finished(self) -> None:
+        """Once nothing of the job's processes is left (a run that ended at its result's
+        line still had its exit to come; `run`)."""
+        if self._exiting is not None:
+            await self._exiting
+
+    @staticmethod
+    async def _reap(process: SubprocessJob, pump: asyncio.Task[None]) -> None:
+        """Its exit, or its end: killing it at once would cost the report its tree's walk
+        (`kill`), and a runtime exits within milliseconds of its word. Killed all the same
+        if the agent stops meanwhile."""
+        try:
+            try:
+                await asyncio.wait_for(process.wait(), EXIT_AFTER_RESULT_SEC)
+            except TimeoutError:
+                process.kill()
+                await asyncio.wait_for(process.wait(), KILL_GRACE_SEC + 30)
+        except TimeoutError:
+            pass  # its supervisor did not end it: what is left is the agent's to sweep
+        finally:
+            if not process.exited:
+                process.kill()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(pump, 5)
 
     def read_result(self) -> RuntimeResult | None:
         """result.json, read without following anything the job may have planted."""
@@ -160,8 +221,11 @@ class SandboxedRun:
                 return process
         return await self.ctx.sandbox.start(spec)
 
-    async def _pump(self, process: SandboxedProcess) -> None:
+    async def _pump(self, process: SandboxedProcess, written: asyncio.Event) -> None:
         while line := await process.stdout.readline():
+            if line.rstrip(b"\r\n") == _WRITTEN:
+                written.set()  # the runtime's word to the agent, not a line of the job's log
+                continue
             self.logs.write(line.decode(errors="replace"))
 
     async def _sample_gpu_memory(self, process: SandboxedProcess) -> None:

@@ -363,6 +363,18 @@ def _outputs_dir_of(spec_path: Path) -> str:
         return "out"
 
 
+RESULT_WRITTEN_LINE = "gpu-share: result written"
+"""A runtime's last line, once its verdict (`result.json`) and its outputs are written and
+closed: the agent may read them now, not when the process tree has ended (~5 ms later,
+the kernel unmapping the runtime and the sandbox's layers exiting; `running.py`)."""
+
+
+def _deliver(outputs_dir: str | Path, result: Result) -> int:
+    write_result(outputs_dir, result)
+    log(RESULT_WRITTEN_LINE)
+    return 0
+
+
 def run_runtime(run: Callable[[Spec], Result], argv: Sequence[str]) -> int:
     """The `__main__` of every runtime: spec in, result out, 0 for every verdict.
 
@@ -378,8 +390,7 @@ def run_runtime(run: Callable[[Spec], Result], argv: Sequence[str]) -> int:
         spec = read_spec(spec_path)
     except JobFailure as failure:
         log(f"failed: {failure.code.value}: {failure.message}")
-        write_result(_outputs_dir_of(spec_path), Result.failure(failure.code, failure.message))
-        return 0
+        return _deliver(_outputs_dir_of(spec_path), Result.failure(failure.code, failure.message))
     try:
         result = run(spec)
     except JobFailure as failure:
@@ -393,5 +404,4 @@ def run_runtime(run: Callable[[Spec], Result], argv: Sequence[str]) -> int:
         result = Result.failure(limited_by.code, limited_by.message)
     if result.error is not None:
         log(f"failed: {result.error.code.value}: {result.error.message}")
-    write_result(spec.outputs_dir, result)
-    return 0
+    return _deliver(spec.outputs_dir, result)

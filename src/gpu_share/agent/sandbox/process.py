@@ -207,6 +207,11 @@ class SubprocessJob:
             self._disk.rebase(job_dir)
         return lowered
 
+    def disk_exceeded(self) -> LimitHit | None:
+        """Whether the job's folder is past its disk limit now (`wait()` judges it again
+        once the job has ended)."""
+        return self._disk.exceeded() if self._disk is not None else None
+
     def _disk_full(self, hit: LimitHit) -> None:
         self.limit_hit = hit
         self.kill()
