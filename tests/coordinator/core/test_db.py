@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 from sqlalchemy import event, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import QueuePool
 
@@ -234,4 +234,28 @@ async def test_a_write_of_driver_statements_only_never_begins_the_orm_and_commit
             assert not driver.is_in_transaction()
     finally:
         event.remove(Session, "after_begin", on_begin)
+        await db.dispose()
+
+
+async def test_a_write_whose_last_flush_fails_keeps_none_of_its_statements(db_url: str) -> None:
+    db = Database(db_url)
+    at = datetime.now(UTC)
+
+    async def write_twice() -> None:
+        async with db.write() as session:
+            await (await driver_of(session)).execute(_POSTED, cause="kept:not", at=at)
+            for n in range(2):  # one cause twice, left for the block's end to flush
+                row = LedgerTransactionRow(
+                    id=f"twice-{n}", cause="kept:twice", kind="top_up", created_at=at, details={}
+                )
+                session.add(row)
+
+    try:
+        with pytest.raises(IntegrityError):
+            await write_twice()
+        assert await _kept_causes(db) == set()
+        async with db.write() as session:  # the pool's connection is fit for the next
+            await (await driver_of(session)).execute(_POSTED, cause="kept:next", at=at)
+        assert await _kept_causes(db) == {"kept:next"}
+    finally:
         await db.dispose()
