@@ -82,7 +82,7 @@ async def job(tmp_path: Path) -> AsyncIterator[tuple[JobContext, LogStream, Path
         await client.aclose()
 
 
-def _run(ctx: JobContext, logs: LogStream, folder: Path) -> SandboxedRun:
+def _run(ctx: JobContext, logs: LogStream, folder: Path, timeout_sec: int = 120) -> SandboxedRun:
     lease = wire.LeasedJob(
         invoke_id="inv_run",
         lease_token="token",
@@ -91,7 +91,7 @@ def _run(ctx: JobContext, logs: LogStream, folder: Path) -> SandboxedRun:
         runtime=RuntimeName.ONNX_CPU,
         model=wire.ArtifactRef(url="http://127.0.0.1:9/model", platform=False, sha256=None),
         inputs=None,
-        timeout_sec=120,
+        timeout_sec=timeout_sec,
         gpus=0,
         outputs_upload=None,
         inline_limit_bytes=1024,
@@ -144,3 +144,15 @@ async def test_a_failure_written_waits_for_the_exit(
     assert (end.exit_code, end.stopped) == (0, None)
     result = run.read_result()
     assert result is not None and not result.ok
+
+
+async def test_a_failure_written_then_stuck_ends_at_its_timeout(
+    job: tuple[JobContext, LogStream, Path],
+) -> None:
+    ctx, logs, folder = job
+    run = _run(ctx, logs, folder, timeout_sec=2)
+    started = time.monotonic()
+    end = await asyncio.wait_for(run.run(_spec(folder, "failed", 60), started), 30)
+    assert end.stopped == "timeout"
+    assert time.monotonic() - started < 20
+    assert not _alive(folder)

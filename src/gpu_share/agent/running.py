@@ -134,18 +134,27 @@ class SandboxedRun:
             asyncio.create_task(self.outcome.dropped.wait()): "dropped",
             asyncio.create_task(self.outcome.preempted.wait()): "preempted",
         }
+        said = asyncio.create_task(written.wait())
         if isinstance(process, SubprocessJob):  # it can judge its folder before its exit
-            waiters[asyncio.create_task(written.wait())] = None
+            waiters[said] = None
         exit_code: int | None = None
         limit_hit: LimitHit | None = None
         try:
             done, _ = await asyncio.wait(
                 waiters, timeout=max(remaining, 0.0), return_when=asyncio.FIRST_COMPLETED
             )
+            succeeded = said in done and self._succeeded(process, written)
+            if done == {said} and not succeeded:
+                # A failure: the exit is awaited as any run's, within what is left of its time.
+                del waiters[said]
+                remaining = self.lease.timeout_sec - (time.monotonic() - started)
+                done, _ = await asyncio.wait(
+                    waiters, timeout=max(remaining, 0.0), return_when=asyncio.FIRST_COMPLETED
+                )
             stopped: str | None = "timeout" if not done else None
             for task in done:
                 stopped = stopped or waiters[task]
-            if stopped is None and self._succeeded(process, written):
+            if stopped is None and succeeded:
                 assert isinstance(process, SubprocessJob)
                 exit_code = 0
                 limit_hit = process.limit_hit or await asyncio.to_thread(process.disk_exceeded)
@@ -158,7 +167,7 @@ class SandboxedRun:
         finally:
             if exit_code is None:  # cancelled (the agent is stopping) or stuck: kill it
                 process.kill()
-            for task in waiters:
+            for task in [*waiters, said]:
                 task.cancel()
             if sampler is not None:
                 sampler.cancel()
