@@ -44,6 +44,10 @@ async def revealed_claim(page: Page, live: Live) -> str:
     claim_url = await approved_claim_url(live.http)
     await page.goto(claim_url)
     await page.get_by_role("button", name=REVEAL).click()
+    await expect(page.locator("#enrollment-token")).to_be_visible()  # the revealed page
+    # Its script is deferred: until the page has loaded, a Copy button has no handler, and
+    # a click then (on a loaded machine) did nothing.
+    await page.wait_for_load_state("load")
     return claim_url
 
 
