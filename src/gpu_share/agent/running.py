@@ -77,6 +77,7 @@ class SandboxedRun:
         self.checkpoints = checkpoints
         self.peak_gpu_bytes: int | None = None
         self._exiting: asyncio.Task[None] | None = None
+        self._verdict: RuntimeResult | None = None  # the success the run ended at (`run`)
 
     @property
     def invoke_id(self) -> str:
@@ -186,7 +187,10 @@ class SandboxedRun:
         if not written.is_set() or not isinstance(process, SubprocessJob):
             return False
         result = self.read_result()
-        return result is not None and result.ok
+        if result is None or not result.ok:
+            return False
+        self._verdict = result  # what the report says: read once
+        return True
 
     async def finished(self) -> None:
         """Once nothing of the job's processes is left (a run that ended at its result's
@@ -214,7 +218,10 @@ class SandboxedRun:
             await asyncio.wait_for(pump, 5)
 
     def read_result(self) -> RuntimeResult | None:
-        """result.json, read without following anything the job may have planted."""
+        """result.json, read without following anything the job may have planted (once,
+        for a run that ended at its success's line)."""
+        if self._verdict is not None:
+            return self._verdict
         try:
             return RuntimeResult.model_validate_json(read_small(self.job_dir, RESULT_PATH))
         except (OSError, UnsafeJobFile, ValueError):

@@ -145,6 +145,11 @@ class _Boom(Exception):
     pass
 
 
+def _posted(cause: str, at: datetime) -> LedgerTransactionRow:
+    """`_POSTED`'s row, through the ORM."""
+    return LedgerTransactionRow(id=cause, cause=cause, kind="top_up", created_at=at, details={})
+
+
 async def _kept_causes(db: Database) -> set[str]:
     async with db.driver_read() as tx:
         return {row["cause"] for row in await tx.fetch(_KEPT)}
@@ -159,17 +164,13 @@ async def test_a_write_commits_its_driver_and_orm_statements_together_or_neither
     db = Database(db_url)
     at = datetime.now(UTC)
     committed: list[str] = []
-
-    def posted(session: object, cause: str) -> LedgerTransactionRow:
-        return LedgerTransactionRow(id=cause, cause=cause, kind="top_up", created_at=at, details={})
-
     try:
         for fails in (False, True):
             with contextlib.suppress(_Boom):
                 async with db.write() as session:
                     tx = await driver_of(session)
                     await tx.execute(_POSTED, cause=f"kept:driver-{fails}", at=at)
-                    session.add(posted(session, f"kept:orm-{fails}"))
+                    session.add(_posted(f"kept:orm-{fails}", at))
                     await session.flush()
                     await (await driver_of(session)).execute(
                         _POSTED, cause=f"kept:after-{fails}", at=at
@@ -183,7 +184,7 @@ async def test_a_write_commits_its_driver_and_orm_statements_together_or_neither
                     await (await driver_of(session)).execute(
                         _POSTED, cause=f"kept:unflushed-driver-{fails}", at=at
                     )
-                    session.add(posted(session, f"kept:unflushed-{fails}"))
+                    session.add(_posted(f"kept:unflushed-{fails}", at))
                     if fails:
                         raise _Boom
         assert await _kept_causes(db) == {

@@ -135,15 +135,7 @@ def _session_options(spec: Spec) -> Any:
             f"unknown option(s) for the onnx runtime: {', '.join(sorted(unknown))}; "
             f"supported: {', '.join(sorted(SUPPORTED_OPTIONS))}",
         )
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # errors only: warnings about the graph are noise to tenants
-    if spec.threads is not None:
-        options.intra_op_num_threads = spec.threads
-    # Idle worker threads sleep instead of spinning: on a node's shared cores a spinning
-    # thread steals the CPU that the next request (or a neighbour's job) needs, which
-    # showed as session p99 (bench/README.md, sessions).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    options = _base_options(spec.threads)
     level = spec.options.get("graph_optimization_level")
     if level is not None:
         if level not in OPTIMIZATION_LEVELS:
@@ -155,6 +147,20 @@ def _session_options(spec: Spec) -> Any:
         options.graph_optimization_level = getattr(
             ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[level]
         )
+    return options
+
+
+def _base_options(threads: int | None) -> Any:
+    """What every session of this runtime runs with, the warm-up's included."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: warnings about the graph are noise to tenants
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    # Idle worker threads sleep instead of spinning: on a node's shared cores a spinning
+    # thread steals the CPU that the next request (or a neighbour's job) needs, which
+    # showed as session p99 (bench/README.md, sessions).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return options
 
 
@@ -493,10 +499,7 @@ def warm_up() -> None:
     model loaded in 3.4–4.4 ms first, 0.5–0.6 ms after this; bench/README.md,
     `dispatch.py`). On the CPU only: a CUDA context held by every waiting process would
     take GPU memory from the node's jobs and sessions."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.intra_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options = _base_options(threads=1)
     session = ort.InferenceSession(WARM_UP_MODEL, sess_options=options, providers=[CPU_PROVIDER])
     session.run(None, {"x": np.zeros(1, dtype=np.float32)})
 
